@@ -1,0 +1,62 @@
+// Package events appends state changes to the store's event log and wakes
+// the SSE streams and long polls that wait on it. Every component that
+// changes a sandbox or an operation reports the change here, so the log is
+// the one ordered history clients can follow.
+package events
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/notify"
+	"github.com/airlock/airlock/internal/store"
+)
+
+// Event types.
+const (
+	TypeSandbox   = "sandbox.state"
+	TypeOperation = "operation.state"
+)
+
+// Log publishes events. Waiters use Changed() to learn that new events (or
+// any state change) may exist.
+type Log struct {
+	Store store.Store
+	bc    notify.Broadcaster
+}
+
+// New returns a Log over st.
+func New(st store.Store) *Log { return &Log{Store: st} }
+
+// Changed returns a channel closed at the next published event.
+func (l *Log) Changed() <-chan struct{} { return l.bc.C() }
+
+// Wake wakes waiters without writing an event (e.g. a worker heartbeat).
+func (l *Log) Wake() { l.bc.Notify() }
+
+// Sandbox records sb's current state.
+func (l *Log) Sandbox(ctx context.Context, sb model.Sandbox) error {
+	return l.append(ctx, model.Event{OrgID: sb.OrgID, SandboxID: sb.ID, Type: TypeSandbox}, sb)
+}
+
+// Operation records op's current state.
+func (l *Log) Operation(ctx context.Context, op model.Operation) error {
+	return l.append(ctx, model.Event{OrgID: op.OrgID, SandboxID: op.SandboxID, OperationID: op.ID, Type: TypeOperation}, op)
+}
+
+func (l *Log) append(ctx context.Context, ev model.Event, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("events: encode %s: %w", ev.Type, err)
+	}
+	ev.Data = data
+	ev.Time = time.Now().UTC()
+	if _, err := l.Store.AppendEvent(ctx, ev); err != nil {
+		return fmt.Errorf("events: append %s: %w", ev.Type, err)
+	}
+	l.bc.Notify()
+	return nil
+}

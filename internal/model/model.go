@@ -1,0 +1,209 @@
+// Package model holds Airlock's vocabulary: the records the control plane
+// stores and serves (orgs, keys, templates, sandboxes, operations, workers,
+// events) and the state machines that govern them. It has no I/O and no
+// dependencies beyond the standard library, so every other package can use it.
+package model
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors shared by every layer. Adapters (REST, E2B, worker API)
+// translate them to wire codes in exactly one place each.
+var (
+	ErrNotFound      = errors.New("not found")
+	ErrConflict      = errors.New("conflict")
+	ErrInvalid       = errors.New("invalid")
+	ErrUnauthorized  = errors.New("unauthorized")
+	ErrForbidden     = errors.New("forbidden")
+	ErrTooLarge      = errors.New("too large")
+	ErrUnavailable   = errors.New("unavailable")
+	ErrRateLimited   = errors.New("rate limited")
+	ErrUnprocessable = errors.New("unprocessable")
+)
+
+// Errorf wraps a sentinel with a user-facing message: errors.Is still finds the
+// sentinel, and Error() returns only the message.
+func Errorf(kind error, format string, args ...any) error {
+	return &kindError{kind: kind, msg: fmt.Sprintf(format, args...)}
+}
+
+type kindError struct {
+	kind error
+	msg  string
+}
+
+func (e *kindError) Error() string { return e.msg }
+func (e *kindError) Unwrap() error { return e.kind }
+
+// SandboxState is where a sandbox is in its lifecycle.
+type SandboxState string
+
+const (
+	StatePending    SandboxState = "pending"    // accepted, not yet placed on a worker
+	StateStarting   SandboxState = "starting"   // placed; the worker is starting it
+	StateRunning    SandboxState = "running"    // the agent answers
+	StatePaused     SandboxState = "paused"     // frozen, memory resident
+	StateSuspending SandboxState = "suspending" // snapshot being written
+	StateSuspended  SandboxState = "suspended"  // snapshot complete, runtime released
+	StateWaking     SandboxState = "waking"     // snapshot being restored
+	StateDeleting   SandboxState = "deleting"   // the worker is tearing it down
+	StateDeleted    SandboxState = "deleted"    // gone; kept as a tombstone
+	StateFailed     SandboxState = "failed"     // see Reason; can only be deleted
+)
+
+// Terminal reports whether no further transition except deletion can happen.
+func (s SandboxState) Terminal() bool { return s == StateDeleted || s == StateFailed }
+
+// Valid reports whether s is a known state.
+func (s SandboxState) Valid() bool {
+	switch s {
+	case StatePending, StateStarting, StateRunning, StatePaused, StateSuspending,
+		StateSuspended, StateWaking, StateDeleting, StateDeleted, StateFailed:
+		return true
+	}
+	return false
+}
+
+// Resources are the limits a sandbox runs with.
+type Resources struct {
+	VCPUs     int `json:"vcpus"`
+	MemoryMiB int `json:"memory_mib"`
+}
+
+// Sandbox is one isolated guest. DesiredState is what the user asked for
+// (running or deleted); State is what the system has observed. Generation
+// increases on every write and guards compare-and-set updates.
+type Sandbox struct {
+	ID             string            `json:"id"`
+	OrgID          string            `json:"org_id"`
+	Template       string            `json:"template"`        // the reference as requested, e.g. "base" or "base:latest"
+	TemplateDigest string            `json:"template_digest"` // the resolved content digest, "sha256:…"
+	Runtime        string            `json:"runtime"`
+	State          SandboxState      `json:"state"`
+	DesiredState   SandboxState      `json:"desired_state"`
+	Reason         string            `json:"reason,omitempty"`
+	WorkerID       string            `json:"worker_id,omitempty"`
+	Env            map[string]string `json:"env,omitempty"`
+	Metadata       map[string]string `json:"metadata,omitempty"`
+	Resources      Resources         `json:"resources"`
+	TimeoutS       int               `json:"timeout_s,omitempty"` // 0: no expiry
+	Generation     int64             `json:"generation"`
+	CreatedAt      time.Time         `json:"created_at"`
+	UpdatedAt      time.Time         `json:"updated_at"`
+	LastActivityAt time.Time         `json:"last_activity_at"`
+	ExpiresAt      *time.Time        `json:"expires_at,omitempty"`
+}
+
+// OperationState is where an asynchronous operation is.
+type OperationState string
+
+const (
+	OpPending   OperationState = "pending"
+	OpRunning   OperationState = "running"
+	OpSucceeded OperationState = "succeeded"
+	OpFailed    OperationState = "failed"
+	OpCancelled OperationState = "cancelled"
+)
+
+// Done reports whether the operation has finished.
+func (s OperationState) Done() bool { return s == OpSucceeded || s == OpFailed || s == OpCancelled }
+
+// OperationKind names what an operation does.
+type OperationKind string
+
+const (
+	OpCreate  OperationKind = "create"
+	OpDelete  OperationKind = "delete"
+	OpPause   OperationKind = "pause"
+	OpResume  OperationKind = "resume"
+	OpSuspend OperationKind = "suspend"
+	OpWake    OperationKind = "wake"
+)
+
+// DefaultOperationDeadline is how long an operation may take before it fails.
+const DefaultOperationDeadline = 30 * time.Minute
+
+// Operation records one asynchronous lifecycle request. Target is the
+// sandbox state that completes it.
+type Operation struct {
+	ID        string         `json:"id"`
+	OrgID     string         `json:"org_id"`
+	SandboxID string         `json:"sandbox_id"`
+	Kind      OperationKind  `json:"kind"`
+	State     OperationState `json:"state"`
+	Target    SandboxState   `json:"target"`
+	Reason    string         `json:"reason,omitempty"`
+	CreatedAt time.Time      `json:"created_at"`
+	UpdatedAt time.Time      `json:"updated_at"`
+	Deadline  time.Time      `json:"deadline"`
+}
+
+// Org is a tenant.
+type Org struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// APIKey authenticates a caller as a member of one org. Only the hash of the
+// secret is stored.
+type APIKey struct {
+	ID        string    `json:"id"`
+	OrgID     string    `json:"org_id"`
+	Name      string    `json:"name"`
+	Prefix    string    `json:"prefix"` // first characters of the secret, for display
+	Hash      string    `json:"-"`      // hex sha256 of the secret
+	Admin     bool      `json:"admin"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Template is an immutable root filesystem, addressed by digest, with a
+// mutable name:tag pointing at it.
+type Template struct {
+	Name      string    `json:"name"`
+	Tag       string    `json:"tag"`
+	Digest    string    `json:"digest"`
+	SizeBytes int64     `json:"size_bytes"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Worker is one host that runs sandboxes.
+type Worker struct {
+	ID            string    `json:"id"`
+	DataPlaneURL  string    `json:"data_plane_url"` // base URL clients attach to
+	InternalURL   string    `json:"internal_url"`   // base URL the server calls
+	Runtimes      []string  `json:"runtimes"`
+	Templates     []string  `json:"templates"` // digests present on the worker
+	CapacityMiB   int       `json:"capacity_mib"`
+	CapacityVCPUs int       `json:"capacity_vcpus"`
+	LastHeartbeat time.Time `json:"last_heartbeat"`
+	CreatedAt     time.Time `json:"created_at"`
+}
+
+// Event is one entry in the ordered log behind the SSE streams.
+type Event struct {
+	Seq         int64           `json:"seq"`
+	OrgID       string          `json:"org_id"`
+	SandboxID   string          `json:"sandbox_id,omitempty"`
+	OperationID string          `json:"operation_id,omitempty"`
+	Type        string          `json:"type"` // "sandbox.state", "operation.state"
+	Data        json.RawMessage `json:"data"`
+	Time        time.Time       `json:"time"`
+}
+
+// CommandSpec is what a client asked to run. It travels, signed, inside the
+// command session token from the server to the worker.
+type CommandSpec struct {
+	ID        string            `json:"id"`
+	SandboxID string            `json:"sandbox_id"`
+	Argv      []string          `json:"argv"`
+	Env       map[string]string `json:"env,omitempty"`
+	Cwd       string            `json:"cwd,omitempty"`
+	User      string            `json:"user,omitempty"`
+	Stdin     bool              `json:"stdin,omitempty"`
+	TimeoutS  int               `json:"timeout_s,omitempty"`
+}

@@ -1,0 +1,71 @@
+// Package runtime defines the driver interface every isolation backend
+// implements (gvisor today; qemu next) and the optional capability interfaces
+// found by type assertion. internal/runtime/runtimetest is the conformance
+// suite that every driver runs.
+//
+// A driver owns everything it creates for a sandbox (processes, mounts,
+// cgroups, namespaces, temp dirs) and must release all of it in Delete, even
+// after a crash of the worker: Delete of an id the driver half-created, or
+// that a previous worker process created, must still clean up.
+package runtime
+
+import (
+	"context"
+	"errors"
+	"net"
+)
+
+// ErrNotFound is returned for a sandbox id the driver does not know.
+var ErrNotFound = errors.New("runtime: sandbox not found")
+
+// Spec describes one sandbox to start.
+type Spec struct {
+	ID        string // unique, fixed length (runsc matches ids by prefix)
+	RootFS    string // template root filesystem directory (read-only, shared)
+	VCPUs     int
+	MemoryMiB int
+	Hostname  string
+	// AgentArgs are extra arguments for the in-guest agent (PID 1).
+	AgentArgs []string
+}
+
+// Status is what the driver observes.
+type Status string
+
+const (
+	StatusRunning Status = "running"
+	StatusPaused  Status = "paused"
+	StatusStopped Status = "stopped" // the runtime process exists but the guest is not running
+	StatusGone    Status = "gone"    // nothing left for this id
+)
+
+// Driver is the minimal runtime.
+type Driver interface {
+	Name() string
+	// Start creates and starts the sandbox; when it returns nil the guest is
+	// booting and the agent will connect to the channel.
+	Start(ctx context.Context, spec Spec) (Sandbox, error)
+	// Adopt reattaches to a sandbox started by an earlier worker process.
+	Adopt(ctx context.Context, id string) (Sandbox, error)
+	// Delete stops the sandbox and releases everything it held. Idempotent.
+	Delete(ctx context.Context, id string) error
+	// List returns the ids of every sandbox the driver has state for.
+	List(ctx context.Context) ([]string, error)
+	Status(ctx context.Context, id string) (Status, error)
+}
+
+// Sandbox is a handle on a running sandbox.
+type Sandbox interface {
+	ID() string
+	// AgentConn returns the next connection from the in-guest agent, waiting
+	// until one arrives or ctx ends. The agent serves HTTP/2 (h2c) on it.
+	AgentConn(ctx context.Context) (net.Conn, error)
+	// Close releases the handle (not the sandbox).
+	Close() error
+}
+
+// Pauser is implemented by drivers that can freeze a sandbox in memory.
+type Pauser interface {
+	Pause(ctx context.Context, id string) error
+	Resume(ctx context.Context, id string) error
+}

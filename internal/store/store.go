@@ -1,0 +1,106 @@
+// Package store defines the control plane's persistence contract. Two
+// backends implement it, SQLite (internal/store/sqlite, embedded, one host)
+// and PostgreSQL (internal/store/postgres, any number of servers), and both
+// pass the same conformance suite (internal/store/storetest).
+//
+// Every sandbox write is a guarded transition: the caller names the
+// generation it read, and the update applies only if the row still has it
+// (compare-and-set). A lost race returns model.ErrConflict; the caller
+// re-reads and decides again, which is what level-triggered controllers do
+// anyway.
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/airlock/airlock/internal/model"
+)
+
+// Store is the whole persistence surface. Implementations must be safe for
+// concurrent use. Errors wrap model.ErrNotFound, model.ErrConflict or
+// model.ErrInvalid where those apply.
+type Store interface {
+	// Orgs and keys.
+	CreateOrg(ctx context.Context, org model.Org) error
+	GetOrg(ctx context.Context, id string) (model.Org, error)
+	ListOrgs(ctx context.Context) ([]model.Org, error)
+	CreateAPIKey(ctx context.Context, key model.APIKey) error
+	// GetAPIKeyByHash finds a key by the hex sha256 of its secret.
+	GetAPIKeyByHash(ctx context.Context, hash string) (model.APIKey, error)
+
+	// Templates. PutTemplate upserts name:tag → digest.
+	PutTemplate(ctx context.Context, t model.Template) error
+	GetTemplate(ctx context.Context, name, tag string) (model.Template, error)
+	GetTemplateByDigest(ctx context.Context, digest string) (model.Template, error)
+	ListTemplates(ctx context.Context) ([]model.Template, error)
+
+	// CreateSandbox inserts the sandbox, its first operation and, when
+	// idempotencyKey is not empty, the key → (sandbox, operation) mapping, in
+	// one transaction. If the key was already used by the same org, nothing is
+	// written and the earlier sandbox and operation are returned with
+	// existed=true.
+	CreateSandbox(ctx context.Context, sb model.Sandbox, op model.Operation, idempotencyKey string) (model.Sandbox, model.Operation, bool, error)
+	GetSandbox(ctx context.Context, id string) (model.Sandbox, error)
+	ListSandboxes(ctx context.Context, f SandboxFilter) ([]model.Sandbox, string, error)
+	// UpdateSandbox writes sb if the stored generation equals sb.Generation,
+	// and stores it with Generation+1 and UpdatedAt=now. It returns the stored
+	// row. ErrConflict if the generation moved, ErrNotFound if absent.
+	UpdateSandbox(ctx context.Context, sb model.Sandbox) (model.Sandbox, error)
+	// UpdateSandboxAndOperation does both guarded writes in one transaction
+	// (the operation is guarded on its current state: op.State is written only
+	// if the stored operation is not Done).
+	UpdateSandboxAndOperation(ctx context.Context, sb model.Sandbox, op model.Operation) (model.Sandbox, model.Operation, error)
+	// TouchSandbox sets LastActivityAt without bumping the generation.
+	TouchSandbox(ctx context.Context, id string, at time.Time) error
+
+	// Operations.
+	CreateOperation(ctx context.Context, op model.Operation) error
+	GetOperation(ctx context.Context, id string) (model.Operation, error)
+	// UpdateOperation writes op if the stored one is not Done yet
+	// (ErrConflict otherwise).
+	UpdateOperation(ctx context.Context, op model.Operation) (model.Operation, error)
+	// ListOperations returns operations that are not Done (for controllers),
+	// or, when sandboxID is set, every operation of that sandbox.
+	ListOperations(ctx context.Context, f OperationFilter) ([]model.Operation, error)
+
+	// Workers.
+	UpsertWorker(ctx context.Context, w model.Worker) error
+	GetWorker(ctx context.Context, id string) (model.Worker, error)
+	ListWorkers(ctx context.Context) ([]model.Worker, error)
+
+	// Events: an append-only log with a monotonically increasing Seq.
+	AppendEvent(ctx context.Context, ev model.Event) (model.Event, error)
+	// ListEvents returns events with Seq > afterSeq, oldest first, at most
+	// limit; orgID and sandboxID filter when not empty.
+	ListEvents(ctx context.Context, orgID, sandboxID string, afterSeq int64, limit int) ([]model.Event, error)
+
+	// Settings: small cluster-wide values (e.g. the data-plane signing key).
+	// PutSettingIfAbsent stores value only if key is unset and returns the
+	// value now stored.
+	PutSettingIfAbsent(ctx context.Context, key, value string) (string, error)
+
+	Close() error
+}
+
+// SandboxFilter selects sandboxes. Zero values mean "any".
+type SandboxFilter struct {
+	OrgID    string
+	WorkerID string
+	States   []model.SandboxState
+	// Metadata matches sandboxes whose metadata contains every pair.
+	Metadata map[string]string
+	// IncludeDeleted includes tombstones (StateDeleted).
+	IncludeDeleted bool
+	// Cursor is the opaque value returned by the previous page; Limit caps the
+	// page (0 means 100). Pages are ordered by creation time, then id.
+	Cursor string
+	Limit  int
+}
+
+// OperationFilter selects operations.
+type OperationFilter struct {
+	SandboxID string
+	// Open restricts to operations that are not Done.
+	Open bool
+}

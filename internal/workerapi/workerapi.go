@@ -1,0 +1,67 @@
+// Package workerapi is the contract between the server (control plane) and
+// workers. Workers never touch the database: they register, then call Sync
+// in a loop. Sync carries the worker's heartbeat and observed state up, and
+// long-polls for the desired state of every sandbox assigned to it.
+//
+// Endpoints on the server, authenticated with "Authorization: Bearer
+// <worker token>" (the server's --worker-token; `airlock up` generates one):
+//
+//	POST /internal/v1/workers/register  RegisterRequest → RegisterResponse
+//	POST /internal/v1/workers/{id}/sync?wait=25s&version=N  SyncRequest → SyncResponse
+//
+// Sync returns at once when the worker's observed state changed anything or
+// when the assignment version differs from N; otherwise it waits up to wait
+// for a change. The worker reconciles its runtime toward Assignments, level
+// triggered: anything running locally that is not assigned is deleted.
+//
+// The server calls a worker's data plane (WorkerInfo.DataPlaneURL) only with
+// data-plane tokens it signs itself (internal/token), e.g. to list commands.
+package workerapi
+
+import (
+	"github.com/airlock/airlock/internal/model"
+)
+
+// RegisterRequest announces a worker.
+type RegisterRequest struct {
+	ID            string           `json:"id"`
+	DataPlaneURL  string           `json:"data_plane_url"`
+	Runtimes      []string         `json:"runtimes"`
+	CapacityMiB   int              `json:"capacity_mib"`
+	CapacityVCPUs int              `json:"capacity_vcpus"`
+	Templates     []model.Template `json:"templates"` // templates present on this worker
+}
+
+// RegisterResponse gives the worker what it needs to serve the data plane.
+type RegisterResponse struct {
+	WorkerID string `json:"worker_id"`
+	// SigningKey verifies data-plane tokens (base64 of the HMAC key).
+	SigningKey string `json:"signing_key"`
+}
+
+// Observed is what the worker sees of one sandbox.
+type Observed struct {
+	SandboxID string             `json:"sandbox_id"`
+	State     model.SandboxState `json:"state"` // starting, running, paused, deleted (= gone), failed
+	Reason    string             `json:"reason,omitempty"`
+}
+
+// SyncRequest is a heartbeat with the observed state of every sandbox the
+// worker knows about (assigned or not).
+type SyncRequest struct {
+	Observed  []Observed       `json:"observed"`
+	Templates []model.Template `json:"templates,omitempty"`
+}
+
+// Assignment is the desired state of one sandbox on this worker.
+type Assignment struct {
+	Sandbox model.Sandbox `json:"sandbox"`
+	// Desired is running or deleted (later: paused, suspended).
+	Desired model.SandboxState `json:"desired"`
+}
+
+// SyncResponse lists every sandbox assigned to the worker.
+type SyncResponse struct {
+	Version     int64        `json:"version"`
+	Assignments []Assignment `json:"assignments"`
+}
