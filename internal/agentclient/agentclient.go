@@ -1,0 +1,322 @@
+// Package agentclient is the host-side client of airlock-agent: typed calls
+// over the agentapi contract, spoken as HTTP/2 without TLS on connections
+// the caller supplies (usually runtime.Sandbox.AgentConn).
+package agentclient
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/airlock/airlock/internal/agentapi"
+	"github.com/airlock/airlock/internal/model"
+)
+
+const baseURL = "http://agent"
+
+// Client talks to one agent.
+type Client struct {
+	tr *http.Transport
+	hc *http.Client
+}
+
+// New returns a client that opens connections with dial; the agent serves
+// HTTP/2 (prior knowledge, no TLS) on each.
+func New(dial func(ctx context.Context) (net.Conn, error)) *Client {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{
+		Protocols:          &p,
+		DialContext:        func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
+		DisableCompression: true,
+		HTTP2: &http.HTTP2Config{
+			MaxReadFrameSize:              1 << 20,
+			MaxReceiveBufferPerConnection: 64 << 20,
+			MaxReceiveBufferPerStream:     16 << 20,
+		},
+	}
+	return &Client{tr: tr, hc: &http.Client{Transport: tr}}
+}
+
+// Close closes idle connections.
+func (c *Client) Close() error {
+	c.tr.CloseIdleConnections()
+	return nil
+}
+
+// do sends a request and returns the response if its status is 2xx; any
+// other answer becomes an error mapped to a model sentinel.
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, body io.Reader, contentLength int64) (*http.Response, error) {
+	u := baseURL + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return nil, fmt.Errorf("agent %s %s: %w", method, path, err)
+	}
+	if contentLength >= 0 && body != nil {
+		req.ContentLength = contentLength
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("agent %s %s: %w", method, path, err)
+	}
+	if resp.StatusCode/100 == 2 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	return nil, decodeError(resp)
+}
+
+func decodeError(resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var e agentapi.Error
+	msg := ""
+	code := ""
+	if json.Unmarshal(b, &e) == nil && e.Error.Code != "" {
+		code, msg = e.Error.Code, e.Error.Message
+	} else {
+		msg = fmt.Sprintf("agent answered %s: %s", resp.Status, bytes.TrimSpace(b))
+	}
+	var kind error
+	switch {
+	case code == "not_found" || (code == "" && resp.StatusCode == http.StatusNotFound):
+		kind = model.ErrNotFound
+	case code == "invalid" || (code == "" && resp.StatusCode == http.StatusBadRequest):
+		kind = model.ErrInvalid
+	case code == "conflict" || (code == "" && resp.StatusCode == http.StatusConflict):
+		kind = model.ErrConflict
+	default:
+		return fmt.Errorf("agent: %s (%s)", msg, resp.Status)
+	}
+	return model.Errorf(kind, "%s", msg)
+}
+
+func (c *Client) getJSON(ctx context.Context, path string, q url.Values, out any) error {
+	resp, err := c.do(ctx, http.MethodGet, path, q, nil, -1)
+	if err != nil {
+		return err
+	}
+	return decodeBody(resp, out)
+}
+
+func (c *Client) postJSON(ctx context.Context, path string, in, out any) error {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return fmt.Errorf("encode %s request: %w", path, err)
+	}
+	resp, err := c.do(ctx, http.MethodPost, path, nil, bytes.NewReader(b), int64(len(b)))
+	if err != nil {
+		return err
+	}
+	if out == nil {
+		resp.Body.Close()
+		return nil
+	}
+	return decodeBody(resp, out)
+}
+
+func decodeBody(resp *http.Response, out any) error {
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("decode agent answer to %s: %w", resp.Request.URL.Path, err)
+	}
+	return nil
+}
+
+// Health calls /health.
+func (c *Client) Health(ctx context.Context) (agentapi.Health, error) {
+	var h agentapi.Health
+	err := c.getJSON(ctx, "/health", nil, &h)
+	return h, err
+}
+
+// WaitReady polls Health with a short backoff until it answers or ctx ends.
+func (c *Client) WaitReady(ctx context.Context) error {
+	backoff := 5 * time.Millisecond
+	for {
+		_, err := c.Health(ctx)
+		if err == nil {
+			return nil
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("wait for agent: %w (last error: %v)", ctx.Err(), err)
+		case <-t.C:
+		}
+		backoff = min(backoff*2, 200*time.Millisecond)
+	}
+}
+
+// StartProcess starts a process. A program that cannot be started still
+// returns a ProcessInfo; its output stream ends with an Exit carrying Error.
+func (c *Client) StartProcess(ctx context.Context, spec agentapi.ProcessSpec) (agentapi.ProcessInfo, error) {
+	var pi agentapi.ProcessInfo
+	err := c.postJSON(ctx, "/processes", spec, &pi)
+	return pi, err
+}
+
+// ListProcesses lists every process the agent started.
+func (c *Client) ListProcesses(ctx context.Context) ([]agentapi.ProcessInfo, error) {
+	var ps []agentapi.ProcessInfo
+	err := c.getJSON(ctx, "/processes", nil, &ps)
+	return ps, err
+}
+
+// GetProcess describes one process.
+func (c *Client) GetProcess(ctx context.Context, id string) (agentapi.ProcessInfo, error) {
+	var pi agentapi.ProcessInfo
+	err := c.getJSON(ctx, "/processes/"+url.PathEscape(id), nil, &pi)
+	return pi, err
+}
+
+// OutputStream reads the frames of a process's output.
+type OutputStream struct {
+	body io.ReadCloser
+	r    *bufio.Reader
+	done bool
+}
+
+// Output opens the output of process id from the combined offset.
+func (c *Client) Output(ctx context.Context, id string, offset int64) (*OutputStream, error) {
+	q := url.Values{"offset": {strconv.FormatInt(offset, 10)}}
+	resp, err := c.do(ctx, http.MethodGet, "/processes/"+url.PathEscape(id)+"/output", q, nil, -1)
+	if err != nil {
+		return nil, err
+	}
+	return &OutputStream{body: resp.Body, r: bufio.NewReaderSize(resp.Body, 256<<10)}, nil
+}
+
+// Next returns the next frame: agentapi.FrameStdout or FrameStderr with
+// bytes, then one FrameExit (JSON agentapi.Exit) or FrameError (JSON
+// {"message"}), after which Next returns io.EOF. The payload is the
+// caller's to keep.
+func (s *OutputStream) Next() (kind byte, payload []byte, err error) {
+	if s.done {
+		return 0, nil, io.EOF
+	}
+	kind, payload, err = agentapi.ReadFrame(s.r)
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF // the stream must end with Exit or Error
+		}
+		return 0, nil, fmt.Errorf("read output frame: %w", err)
+	}
+	if kind == agentapi.FrameExit || kind == agentapi.FrameError {
+		s.done = true
+	}
+	return kind, payload, nil
+}
+
+// Close ends the stream.
+func (s *OutputStream) Close() error { return s.body.Close() }
+
+// Stdin streams r to the process's stdin; closeAfter closes stdin when r ends.
+func (c *Client) Stdin(ctx context.Context, id string, r io.Reader, closeAfter bool) error {
+	var q url.Values
+	if closeAfter {
+		q = url.Values{"close": {"1"}}
+	}
+	resp, err := c.do(ctx, http.MethodPost, "/processes/"+url.PathEscape(id)+"/stdin", q, r, -1)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// CloseStdin closes the process's stdin.
+func (c *Client) CloseStdin(ctx context.Context, id string) error {
+	return c.postJSON(ctx, "/processes/"+url.PathEscape(id)+"/close-stdin", struct{}{}, nil)
+}
+
+// Signal sends a signal ("TERM", "KILL", … or a number) to the process group.
+func (c *Client) Signal(ctx context.Context, id, signal string) error {
+	return c.postJSON(ctx, "/processes/"+url.PathEscape(id)+"/signal", agentapi.Signal{Signal: signal}, nil)
+}
+
+// ReadFile opens a file's content. The FileInfo carries Path, Size and Mode.
+func (c *Client) ReadFile(ctx context.Context, path string) (io.ReadCloser, agentapi.FileInfo, error) {
+	resp, err := c.do(ctx, http.MethodGet, "/files/content", url.Values{"path": {path}}, nil, -1)
+	if err != nil {
+		return nil, agentapi.FileInfo{}, err
+	}
+	info := agentapi.FileInfo{Path: path, Type: "file", Size: resp.ContentLength, Mode: resp.Header.Get("X-Airlock-Mode")}
+	return resp.Body, info, nil
+}
+
+// WriteFile writes r to path atomically (temp file + rename), creating
+// parents. mode is octal ("" = 0644); owner "" = the default user.
+func (c *Client) WriteFile(ctx context.Context, path, mode, owner string, r io.Reader) (agentapi.FileInfo, error) {
+	q := url.Values{"path": {path}}
+	if mode != "" {
+		q.Set("mode", mode)
+	}
+	if owner != "" {
+		q.Set("owner", owner)
+	}
+	if r == nil {
+		r = http.NoBody
+	}
+	resp, err := c.do(ctx, http.MethodPut, "/files/content", q, r, -1)
+	if err != nil {
+		return agentapi.FileInfo{}, err
+	}
+	var fi agentapi.FileInfo
+	err = decodeBody(resp, &fi)
+	return fi, err
+}
+
+// Stat describes path (without following a final symlink).
+func (c *Client) Stat(ctx context.Context, path string) (agentapi.FileInfo, error) {
+	var fi agentapi.FileInfo
+	err := c.getJSON(ctx, "/files/stat", url.Values{"path": {path}}, &fi)
+	return fi, err
+}
+
+// List lists a directory, sorted by name.
+func (c *Client) List(ctx context.Context, path string) ([]agentapi.FileInfo, error) {
+	var fis []agentapi.FileInfo
+	err := c.getJSON(ctx, "/files/list", url.Values{"path": {path}}, &fis)
+	return fis, err
+}
+
+// Mkdir creates a directory and its parents.
+func (c *Client) Mkdir(ctx context.Context, req agentapi.Mkdir) (agentapi.FileInfo, error) {
+	var fi agentapi.FileInfo
+	err := c.postJSON(ctx, "/files/mkdir", req, &fi)
+	return fi, err
+}
+
+// Move renames from to to, creating the destination's parents.
+func (c *Client) Move(ctx context.Context, from, to string) (agentapi.FileInfo, error) {
+	var fi agentapi.FileInfo
+	err := c.postJSON(ctx, "/files/move", agentapi.Move{From: from, To: to}, &fi)
+	return fi, err
+}
+
+// Remove deletes path; recursive removes a directory tree.
+func (c *Client) Remove(ctx context.Context, path string, recursive bool) error {
+	q := url.Values{"path": {path}}
+	if recursive {
+		q.Set("recursive", "1")
+	}
+	resp, err := c.do(ctx, http.MethodDelete, "/files", q, nil, -1)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}

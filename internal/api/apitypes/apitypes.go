@@ -1,0 +1,145 @@
+// Package apitypes holds the wire shapes of the native REST API (/v1) that
+// are not model records: request bodies, response envelopes and the error
+// body. The server (internal/api, internal/service) and the Go client
+// (internal/client) share them, so the two cannot disagree on JSON names.
+// It imports only internal/model and internal/agentapi.
+package apitypes
+
+import (
+	"time"
+
+	"github.com/airlock/airlock/internal/agentapi"
+	"github.com/airlock/airlock/internal/model"
+)
+
+// CreateSandboxRequest is the body of POST /v1/sandboxes. Every field is
+// optional: template defaults to "base", resources to 1 vCPU and 512 MiB.
+type CreateSandboxRequest struct {
+	Template  string            `json:"template,omitempty"`
+	Runtime   string            `json:"runtime,omitempty"`
+	Resources model.Resources   `json:"resources,omitzero"`
+	Env       map[string]string `json:"env,omitempty"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	TimeoutS  int               `json:"timeout_s,omitempty"`
+}
+
+// CreateSandboxResponse is the 202 body of POST /v1/sandboxes.
+type CreateSandboxResponse struct {
+	Sandbox   model.Sandbox   `json:"sandbox"`
+	Operation model.Operation `json:"operation"`
+}
+
+// OperationResponse is the 202 body of DELETE /v1/sandboxes/{id}.
+type OperationResponse struct {
+	Operation model.Operation `json:"operation"`
+}
+
+// SandboxFilter selects sandboxes in GET /v1/sandboxes (query parameters
+// state=…&state=…, metadata=k=v&metadata=…, cursor, limit).
+type SandboxFilter struct {
+	States   []model.SandboxState
+	Metadata map[string]string
+	Cursor   string
+	Limit    int
+}
+
+// ListSandboxesResponse is the body of GET /v1/sandboxes. NextCursor is
+// empty on the last page.
+type ListSandboxesResponse struct {
+	Sandboxes  []model.Sandbox `json:"sandboxes"`
+	NextCursor string          `json:"next_cursor,omitempty"`
+}
+
+// CreateCommandRequest is the body of POST /v1/sandboxes/{id}/commands.
+// Exactly one of Cmd (run by /bin/bash -lc) and Argv is set.
+type CreateCommandRequest struct {
+	Cmd      string            `json:"cmd,omitempty"`
+	Argv     []string          `json:"argv,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+	Cwd      string            `json:"cwd,omitempty"`
+	User     string            `json:"user,omitempty"`
+	Stdin    bool              `json:"stdin,omitempty"`
+	TimeoutS int               `json:"timeout_s,omitempty"`
+}
+
+// CommandSession is the 201 body of POST /v1/sandboxes/{id}/commands: open a
+// WebSocket to AttachURL with "Authorization: Bearer <Token>".
+type CommandSession struct {
+	ID        string    `json:"id"`
+	AttachURL string    `json:"attach_url"`
+	Token     string    `json:"token"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// ListCommandsResponse is the body of GET /v1/sandboxes/{id}/commands.
+type ListCommandsResponse struct {
+	Commands []agentapi.ProcessInfo `json:"commands"`
+}
+
+// FilesSession is the body of POST /v1/sandboxes/{id}/files/session: the
+// data-plane base URL for the sandbox's files and a files-scoped token.
+type FilesSession struct {
+	URL       string    `json:"url"`
+	Token     string    `json:"token"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// ListTemplatesResponse is the body of GET /v1/templates.
+type ListTemplatesResponse struct {
+	Templates []model.Template `json:"templates"`
+}
+
+// CreateOrgRequest is the body of POST /v1/orgs.
+type CreateOrgRequest struct {
+	Name string `json:"name"`
+}
+
+// ListOrgsResponse is the body of GET /v1/orgs.
+type ListOrgsResponse struct {
+	Orgs []model.Org `json:"orgs"`
+}
+
+// CreateKeyRequest is the body of POST /v1/orgs/{id}/keys.
+type CreateKeyRequest struct {
+	Name  string `json:"name,omitempty"`
+	Admin bool   `json:"admin,omitempty"`
+}
+
+// CreateKeyResponse is the 201 body of POST /v1/orgs/{id}/keys. Secret is
+// shown only here; the server keeps only its hash.
+type CreateKeyResponse struct {
+	Key    model.APIKey `json:"key"`
+	Secret string       `json:"secret"`
+}
+
+// Health is the body of GET /healthz.
+type Health struct {
+	Status string `json:"status"`           // "ok" or "unavailable"
+	Reason string `json:"reason,omitempty"` // why not ok
+}
+
+// Error codes in ErrorBody.Code.
+const (
+	CodeBadRequest    = "bad_request"
+	CodeUnauthorized  = "unauthorized"
+	CodeForbidden     = "forbidden"
+	CodeNotFound      = "not_found"
+	CodeMethod        = "method_not_allowed"
+	CodeConflict      = "conflict"
+	CodeTooLarge      = "too_large"
+	CodeUnprocessable = "unprocessable"
+	CodeRateLimited   = "rate_limited"
+	CodeUnavailable   = "unavailable"
+	CodeInternal      = "internal"
+)
+
+// ErrorResponse is the body of every error response.
+type ErrorResponse struct {
+	Error ErrorBody `json:"error"`
+}
+
+// ErrorBody says what went wrong and, where it can, what to do next.
+type ErrorBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}

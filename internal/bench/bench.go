@@ -1,0 +1,505 @@
+// Package bench measures an Airlock installation through its public API, the
+// way a user experiences it, and reports the numbers as JSON: create →
+// first-exec latency (sequential and concurrent), exec round trip, file
+// write/read throughput, and the raw `runsc do true` baseline measured in
+// the same run so the overhead of the platform over the runtime is visible.
+// Every sandbox it creates is deleted before Run returns, also on error or
+// cancellation.
+package bench
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock/airlock/internal/api/apitypes"
+	"github.com/airlock/airlock/internal/client"
+	"github.com/airlock/airlock/internal/model"
+)
+
+// Config says what to measure and against what.
+type Config struct {
+	Client  *client.Client
+	APIURL  string // recorded in the report
+	Runtime string // sandbox runtime ("" for the server default)
+	// Template for every sandbox ("" for "base").
+	Template string
+	// Sandboxes is how many sandboxes each create→first-exec measurement
+	// creates (default 20); also the number of `runsc do true` runs.
+	Sandboxes int
+	// Concurrency is how many sandboxes the concurrent measurement creates
+	// at once (default 10).
+	Concurrency int
+	// ExecIterations is how many `true` round trips to time (default 200).
+	ExecIterations int
+	// FileBytes is the size of the throughput file (default 64 MiB) and
+	// FileRuns how often it is written and read (default 5 each).
+	FileBytes int64
+	FileRuns  int
+	// Runsc is the runsc binary for the baseline ("": not found; RunscWhy
+	// says why).
+	Runsc    string
+	RunscWhy string
+	// Progress receives one line per step (nil: discarded).
+	Progress io.Writer
+}
+
+func (c *Config) defaults() {
+	if c.Sandboxes <= 0 {
+		c.Sandboxes = 20
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 10
+	}
+	if c.ExecIterations <= 0 {
+		c.ExecIterations = 200
+	}
+	if c.FileBytes <= 0 {
+		c.FileBytes = 64 << 20
+	}
+	if c.FileRuns <= 0 {
+		c.FileRuns = 5
+	}
+	if c.Template == "" {
+		c.Template = "base"
+	}
+	if c.Progress == nil {
+		c.Progress = io.Discard
+	}
+}
+
+// Report is what Run produces.
+type Report struct {
+	Environment  Environment            `json:"environment"`
+	Parameters   Parameters             `json:"parameters"`
+	Measurements map[string]Measurement `json:"measurements"`
+	// Ratios are derived from measurements, e.g.
+	// "create_to_first_exec_p50_over_runsc_do_p50".
+	Ratios map[string]float64 `json:"ratios"`
+	// Errors lists the measurements that failed, also inside Measurements.
+	Errors []string `json:"errors,omitempty"`
+}
+
+// Environment records where the numbers were taken.
+type Environment struct {
+	Host      string `json:"host"`
+	Cores     int    `json:"cores"`
+	Kernel    string `json:"kernel"`
+	GoVersion string `json:"go_version"`
+	OS        string `json:"os"`
+	Arch      string `json:"arch"`
+	Runtime   string `json:"runtime"`
+	APIURL    string `json:"api_url,omitempty"`
+	Date      string `json:"date"` // RFC 3339, UTC
+}
+
+// Parameters echo the configuration.
+type Parameters struct {
+	Sandboxes      int   `json:"sandboxes"`
+	Concurrency    int   `json:"concurrency"`
+	ExecIterations int   `json:"exec_iterations"`
+	FileBytes      int64 `json:"file_bytes"`
+	FileRuns       int   `json:"file_runs"`
+}
+
+// Measurement is one measured quantity: statistics, or why it is absent.
+type Measurement struct {
+	*Stats
+	Description string `json:"description"`
+	Command     string `json:"command,omitempty"` // for the runsc baseline
+	Missing     bool   `json:"missing,omitempty"`
+	Error       string `json:"error,omitempty"`
+}
+
+// Measurement names in Report.Measurements.
+const (
+	MCreateSequential = "create_to_first_exec_sequential"
+	MCreateConcurrent = "create_to_first_exec_concurrent"
+	MExecRoundTrip    = "exec_round_trip"
+	MWriteThroughput  = "file_write_throughput"
+	MReadThroughput   = "file_read_throughput"
+	MRunscDo          = "runsc_do_true"
+)
+
+// Run measures everything and returns the report. Failing measurements are
+// recorded in the report (Errors) and do not stop the others; the returned
+// error is non-nil when any failed or ctx was cancelled.
+func Run(ctx context.Context, cfg Config) (Report, error) {
+	cfg.defaults()
+	b := &bencher{cfg: cfg, live: map[string]bool{}}
+	rep := Report{
+		Environment: environment(cfg),
+		Parameters: Parameters{Sandboxes: cfg.Sandboxes, Concurrency: cfg.Concurrency,
+			ExecIterations: cfg.ExecIterations, FileBytes: cfg.FileBytes, FileRuns: cfg.FileRuns},
+		Measurements: map[string]Measurement{},
+		Ratios:       map[string]float64{},
+	}
+	defer b.cleanup(ctx)
+
+	record := func(name, desc string, st *Stats, err error) {
+		m := Measurement{Stats: st, Description: desc}
+		if err != nil {
+			m.Stats = nil
+			m.Error = err.Error()
+			rep.Errors = append(rep.Errors, name+": "+err.Error())
+		}
+		rep.Measurements[name] = m
+	}
+
+	// The baseline first, while the machine is quiet.
+	rep.Measurements[MRunscDo] = b.runscDo(ctx)
+
+	st, err := b.createToFirstExec(ctx, 1)
+	record(MCreateSequential, fmt.Sprintf("create a sandbox, wait for its create operation, run `true` in it; %d sandboxes one after another (ms)", cfg.Sandboxes), st, err)
+	if ctx.Err() == nil {
+		st, err = b.createToFirstExec(ctx, cfg.Concurrency)
+		record(MCreateConcurrent, fmt.Sprintf("as sequential, %d sandboxes in rounds of %d started at once (ms)", cfg.Sandboxes, cfg.Concurrency), st, err)
+	}
+	if ctx.Err() == nil {
+		execSt, wSt, rSt, errs := b.inOneSandbox(ctx)
+		record(MExecRoundTrip, fmt.Sprintf("create + attach + exit of `true` in a running sandbox, %d times (ms)", cfg.ExecIterations), execSt, errs[0])
+		record(MWriteThroughput, fmt.Sprintf("write a %d-byte file into the sandbox, %d times (MB/s, MB = 10^6 bytes)", cfg.FileBytes, cfg.FileRuns), wSt, errs[1])
+		record(MReadThroughput, fmt.Sprintf("read the %d-byte file back, %d times (MB/s)", cfg.FileBytes, cfg.FileRuns), rSt, errs[2])
+	}
+
+	if seq, base := rep.Measurements[MCreateSequential], rep.Measurements[MRunscDo]; seq.Stats != nil && base.Stats != nil && base.P50 > 0 {
+		rep.Ratios["create_to_first_exec_p50_over_runsc_do_p50"] = round3(seq.P50 / base.P50)
+	}
+	if conc, base := rep.Measurements[MCreateConcurrent], rep.Measurements[MRunscDo]; conc.Stats != nil && base.Stats != nil && base.P50 > 0 {
+		rep.Ratios["create_to_first_exec_concurrent_p50_over_runsc_do_p50"] = round3(conc.P50 / base.P50)
+	}
+	if ctx.Err() != nil {
+		return rep, fmt.Errorf("bench interrupted: %w", ctx.Err())
+	}
+	if len(rep.Errors) > 0 {
+		return rep, fmt.Errorf("bench: %d measurement(s) failed: %s", len(rep.Errors), strings.Join(rep.Errors, "; "))
+	}
+	return rep, nil
+}
+
+func environment(cfg Config) Environment {
+	host, _ := os.Hostname()
+	kernel := "unknown"
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		kernel = strings.TrimSpace(string(b))
+	}
+	rt := cfg.Runtime
+	if rt == "" {
+		rt = "server default"
+	}
+	return Environment{
+		Host: host, Cores: goruntime.NumCPU(), Kernel: kernel, GoVersion: goruntime.Version(),
+		OS: goruntime.GOOS, Arch: goruntime.GOARCH, Runtime: rt, APIURL: cfg.APIURL,
+		Date: time.Now().UTC().Format(time.RFC3339),
+	}
+}
+
+// bencher holds the sandboxes alive so cleanup can delete them.
+type bencher struct {
+	cfg  Config
+	mu   sync.Mutex
+	live map[string]bool
+}
+
+func (b *bencher) progress(format string, args ...any) {
+	fmt.Fprintf(b.cfg.Progress, "bench: "+format+"\n", args...)
+}
+
+// create creates a sandbox and waits until it runs.
+func (b *bencher) create(ctx context.Context) (string, error) {
+	req := apitypes.CreateSandboxRequest{Template: b.cfg.Template, Runtime: b.cfg.Runtime}
+	sb, op, err := b.cfg.Client.CreateSandbox(ctx, req, "")
+	if sb.ID != "" {
+		b.mu.Lock()
+		b.live[sb.ID] = true
+		b.mu.Unlock()
+	}
+	if err != nil {
+		return "", fmt.Errorf("create sandbox: %w", err)
+	}
+	if !op.State.Done() {
+		if op, err = b.cfg.Client.WaitOperation(ctx, op.ID); err != nil {
+			return sb.ID, fmt.Errorf("wait for create of %s: %w", sb.ID, err)
+		}
+	}
+	if op.State != model.OpSucceeded {
+		return sb.ID, fmt.Errorf("create of %s %s: %s", sb.ID, op.State, op.Reason)
+	}
+	return sb.ID, nil
+}
+
+// delete deletes a sandbox and waits until it is gone.
+func (b *bencher) delete(ctx context.Context, id string) error {
+	op, err := b.cfg.Client.DeleteSandbox(ctx, id)
+	if err != nil {
+		var apiErr *client.APIError
+		if errors.As(err, &apiErr) && apiErr.Status == 404 {
+			b.forget(id)
+			return nil
+		}
+		return fmt.Errorf("delete %s: %w", id, err)
+	}
+	if !op.State.Done() {
+		if op, err = b.cfg.Client.WaitOperation(ctx, op.ID); err != nil {
+			return fmt.Errorf("wait for delete of %s: %w", id, err)
+		}
+	}
+	if op.State != model.OpSucceeded {
+		return fmt.Errorf("delete of %s %s: %s", id, op.State, op.Reason)
+	}
+	b.forget(id)
+	return nil
+}
+
+func (b *bencher) forget(id string) {
+	b.mu.Lock()
+	delete(b.live, id)
+	b.mu.Unlock()
+}
+
+// cleanup deletes every sandbox still alive, even when ctx is cancelled.
+func (b *bencher) cleanup(ctx context.Context) {
+	b.mu.Lock()
+	ids := make([]string, 0, len(b.live))
+	for id := range b.live {
+		ids = append(ids, id)
+	}
+	b.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
+	defer cancel()
+	b.progress("deleting %d sandbox(es)", len(ids))
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Go(func() {
+			if err := b.delete(ctx, id); err != nil {
+				b.progress("cleanup: %v (delete it with `airlock sandbox rm %s`)", err, id)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// runTrue runs `true` in the sandbox and checks it exited 0.
+func (b *bencher) runTrue(ctx context.Context, id string) error {
+	cmd, err := b.cfg.Client.CreateCommand(ctx, id, apitypes.CreateCommandRequest{Argv: []string{"true"}})
+	if err != nil {
+		return fmt.Errorf("create command in %s: %w", id, err)
+	}
+	var out bytes.Buffer
+	exit, err := client.RunCommand(ctx, cmd.AttachURL, cmd.Token, nil, &out, &out)
+	if err != nil {
+		return fmt.Errorf("run true in %s: %w", id, err)
+	}
+	if exit.ExitCode != 0 || exit.Error != "" || exit.Signal != "" {
+		return fmt.Errorf("true in %s exited %d (signal %q, error %q): %s", id, exit.ExitCode, exit.Signal, exit.Error, out.String())
+	}
+	return nil
+}
+
+// createToFirstExec times create → running → first `true` for
+// cfg.Sandboxes sandboxes, `parallel` at a time; each round's sandboxes are
+// deleted (untimed) before the next round starts.
+func (b *bencher) createToFirstExec(ctx context.Context, parallel int) (*Stats, error) {
+	var samples []time.Duration
+	for done := 0; done < b.cfg.Sandboxes; {
+		n := min(parallel, b.cfg.Sandboxes-done)
+		durs := make([]time.Duration, n)
+		ids := make([]string, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				t0 := time.Now()
+				id, err := b.create(ctx)
+				ids[i] = id
+				if err == nil {
+					err = b.runTrue(ctx, id)
+				}
+				durs[i], errs[i] = time.Since(t0), err
+			})
+		}
+		wg.Wait()
+		var dels sync.WaitGroup
+		delErrs := make([]error, n)
+		for i, id := range ids {
+			if id != "" {
+				dels.Go(func() { delErrs[i] = b.delete(ctx, id) })
+			}
+		}
+		dels.Wait()
+		if err := errors.Join(append(errs, delErrs...)...); err != nil {
+			return nil, err
+		}
+		samples = append(samples, durs...)
+		done += n
+		b.progress("create→first-exec (%d at a time): %d/%d", parallel, done, b.cfg.Sandboxes)
+	}
+	st := Summarize("ms", Millis(samples))
+	return &st, nil
+}
+
+// inOneSandbox measures exec round trips and file throughput in one sandbox.
+func (b *bencher) inOneSandbox(ctx context.Context) (execSt, writeSt, readSt *Stats, errs [3]error) {
+	id, err := b.create(ctx)
+	if err != nil {
+		errs = [3]error{err, err, err}
+		return
+	}
+	defer func() {
+		if err := b.delete(ctx, id); err != nil {
+			b.progress("%v", err)
+		}
+	}()
+
+	var durs []time.Duration
+	for i := range b.cfg.ExecIterations {
+		t0 := time.Now()
+		if err := b.runTrue(ctx, id); err != nil {
+			errs[0] = err
+			break
+		}
+		durs = append(durs, time.Since(t0))
+		if (i+1)%50 == 0 {
+			b.progress("exec round trip: %d/%d", i+1, b.cfg.ExecIterations)
+		}
+	}
+	if errs[0] == nil {
+		st := Summarize("ms", Millis(durs))
+		execSt = &st
+	}
+
+	writeSt, readSt, errs[1], errs[2] = b.throughput(ctx, id)
+	return
+}
+
+func (b *bencher) throughput(ctx context.Context, id string) (w, r *Stats, werr, rerr error) {
+	sess, err := b.cfg.Client.FilesSession(ctx, id)
+	if err != nil {
+		err = fmt.Errorf("files session on %s: %w", id, err)
+		return nil, nil, err, err
+	}
+	fc := &client.FilesClient{URL: sess.URL, SandboxID: id, Token: sess.Token}
+	data := make([]byte, b.cfg.FileBytes)
+	rand.Read(data)
+	const path = "/tmp/airlock-bench.bin"
+	var ws, rs []float64
+	for i := range b.cfg.FileRuns {
+		t0 := time.Now()
+		if _, err := fc.Write(ctx, path, bytes.NewReader(data), "0644", ""); err != nil {
+			werr = fmt.Errorf("write %s:%s: %w", id, path, err)
+			break
+		}
+		ws = append(ws, MBps(b.cfg.FileBytes, time.Since(t0)))
+		b.progress("write %d/%d: %.1f MB/s", i+1, b.cfg.FileRuns, ws[len(ws)-1])
+	}
+	if werr != nil {
+		rerr = fmt.Errorf("no file to read: %w", werr)
+		return nil, nil, werr, rerr
+	}
+	st := Summarize("MB/s", ws)
+	w = &st
+	for i := range b.cfg.FileRuns {
+		t0 := time.Now()
+		body, err := fc.Read(ctx, path)
+		if err != nil {
+			rerr = fmt.Errorf("read %s:%s: %w", id, path, err)
+			break
+		}
+		n, err := io.Copy(io.Discard, body)
+		body.Close()
+		d := time.Since(t0)
+		if err == nil && n != b.cfg.FileBytes {
+			err = fmt.Errorf("got %d bytes, want %d", n, b.cfg.FileBytes)
+		}
+		if err != nil {
+			rerr = fmt.Errorf("read %s:%s: %w", id, path, err)
+			break
+		}
+		rs = append(rs, MBps(n, d))
+		b.progress("read %d/%d: %.1f MB/s", i+1, b.cfg.FileRuns, rs[len(rs)-1])
+	}
+	if rerr == nil {
+		st := Summarize("MB/s", rs)
+		r = &st
+	}
+	return w, r, nil, rerr
+}
+
+// FindRunsc locates runsc: $AIRLOCK_RUNSC, <dataDir>/bin/runsc, then PATH.
+// It returns "" and the reason when none is usable.
+func FindRunsc(getenv func(string) string, dataDir string) (string, string) {
+	if p := getenv("AIRLOCK_RUNSC"); p != "" {
+		if isExecutable(p) {
+			return p, ""
+		}
+		return "", fmt.Sprintf("$AIRLOCK_RUNSC=%s is not an executable file", p)
+	}
+	if p := filepath.Join(dataDir, "bin", "runsc"); isExecutable(p) {
+		return p, ""
+	}
+	if p, err := exec.LookPath("runsc"); err == nil {
+		return p, ""
+	}
+	return "", fmt.Sprintf("runsc not found ($AIRLOCK_RUNSC unset, no %s, none in PATH)", filepath.Join(dataDir, "bin", "runsc"))
+}
+
+func isExecutable(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0
+}
+
+// runscDo times `runsc --network=none --platform=systrap do true`, with a
+// private state directory so it cannot collide with a worker's.
+func (b *bencher) runscDo(ctx context.Context) Measurement {
+	m := Measurement{Description: fmt.Sprintf("raw gVisor baseline: `runsc do true`, %d times (ms)", b.cfg.Sandboxes)}
+	if b.cfg.Runsc == "" {
+		m.Missing, m.Error = true, b.cfg.RunscWhy
+		return m
+	}
+	root, err := os.MkdirTemp("", "airlock-bench-runsc-")
+	if err != nil {
+		m.Missing, m.Error = true, fmt.Sprintf("make runsc state dir: %v", err)
+		return m
+	}
+	defer os.RemoveAll(root)
+	args := []string{"--root", root, "--network=none", "--platform=systrap", "do", "true"}
+	m.Command = b.cfg.Runsc + " " + strings.Join(args, " ")
+	var durs []time.Duration
+	for i := range b.cfg.Sandboxes {
+		cmd := exec.CommandContext(ctx, b.cfg.Runsc, args...)
+		t0 := time.Now()
+		out, err := cmd.CombinedOutput()
+		d := time.Since(t0)
+		if err != nil {
+			m.Missing = i == 0
+			m.Error = fmt.Sprintf("run %d: %v: %s", i+1, err, strings.TrimSpace(lastLines(string(out), 3)))
+			return m
+		}
+		durs = append(durs, d)
+	}
+	st := Summarize("ms", Millis(durs))
+	m.Stats = &st
+	b.progress("runsc do true: p50 %.1f ms", st.P50)
+	return m
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,458 @@
+// Package client is the Go client of Airlock's native API: client.go speaks
+// the REST + SSE control plane (/v1), dataplane.go the workers' data plane
+// (command attach, files). The CLI, `airlock bench` and end-to-end tests use
+// it. It shares wire types with the server through internal/api/apitypes and
+// internal/model, and imports nothing of the server's implementation.
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlock/airlock/internal/agentapi"
+	"github.com/airlock/airlock/internal/api/apitypes"
+	"github.com/airlock/airlock/internal/model"
+)
+
+// Request and response shapes, shared with the server.
+type (
+	CreateSandboxRequest = apitypes.CreateSandboxRequest
+	CreateCommandRequest = apitypes.CreateCommandRequest
+	Command              = apitypes.CommandSession
+	FilesSession         = apitypes.FilesSession
+	SandboxFilter        = apitypes.SandboxFilter
+	SandboxPage          = apitypes.ListSandboxesResponse
+	CreateKeyRequest     = apitypes.CreateKeyRequest
+	CreateKeyResponse    = apitypes.CreateKeyResponse
+	Health               = apitypes.Health
+)
+
+// Client calls one Airlock server. Its fields may be changed before first use.
+type Client struct {
+	BaseURL string // e.g. "http://127.0.0.1:8080"
+	APIKey  string
+	// HTTPClient sends requests (default: a client without a timeout, since
+	// event streams and long polls are long; contexts bound calls).
+	HTTPClient *http.Client
+}
+
+// New returns a client of the server at baseURL authenticating with apiKey.
+func New(baseURL, apiKey string) *Client {
+	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), APIKey: apiKey, HTTPClient: &http.Client{}}
+}
+
+// APIError is an error response from the server.
+type APIError struct {
+	Status  int    // HTTP status
+	Code    string // e.g. "not_found"
+	Message string
+	// RetryAfter is the server's Retry-After on 429 and 503 answers.
+	RetryAfter time.Duration
+}
+
+func (e *APIError) Error() string {
+	if e.Message == "" {
+		return fmt.Sprintf("airlock: HTTP %d %s", e.Status, e.Code)
+	}
+	return fmt.Sprintf("airlock: %s (HTTP %d %s)", e.Message, e.Status, e.Code)
+}
+
+// Is lets errors.Is match model's sentinel errors by status, so callers can
+// write errors.Is(err, model.ErrNotFound).
+func (e *APIError) Is(target error) bool {
+	switch target {
+	case model.ErrNotFound:
+		return e.Status == http.StatusNotFound
+	case model.ErrConflict:
+		return e.Status == http.StatusConflict
+	case model.ErrUnauthorized:
+		return e.Status == http.StatusUnauthorized
+	case model.ErrForbidden:
+		return e.Status == http.StatusForbidden
+	case model.ErrUnprocessable, model.ErrInvalid:
+		return e.Status == http.StatusUnprocessableEntity || e.Status == http.StatusBadRequest
+	case model.ErrTooLarge:
+		return e.Status == http.StatusRequestEntityTooLarge
+	case model.ErrRateLimited:
+		return e.Status == http.StatusTooManyRequests
+	case model.ErrUnavailable:
+		return e.Status == http.StatusServiceUnavailable
+	}
+	return false
+}
+
+// OperationError is returned by WaitOperation for an operation that ended
+// without succeeding.
+type OperationError struct {
+	Operation model.Operation
+}
+
+func (e *OperationError) Error() string {
+	op := e.Operation
+	msg := fmt.Sprintf("operation %s (%s of %s) %s", op.ID, op.Kind, op.SandboxID, op.State)
+	if op.Reason != "" {
+		msg += ": " + op.Reason
+	}
+	return msg
+}
+
+func (c *Client) httpClient() *http.Client {
+	if c.HTTPClient != nil {
+		return c.HTTPClient
+	}
+	return http.DefaultClient
+}
+
+// do sends a request with an optional JSON body and decodes a 2xx JSON
+// answer into out (when not nil).
+func (c *Client) do(ctx context.Context, method, path string, hdr http.Header, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("airlock: encode %s %s: %w", method, path, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.BaseURL, "/")+path, body)
+	if err != nil {
+		return fmt.Errorf("airlock: build %s %s: %w", method, path, err)
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	if c.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.APIKey)
+	}
+	resp, err := c.httpClient().Do(req)
+	if err != nil {
+		return fmt.Errorf("airlock: %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return readAPIError(resp)
+	}
+	if out == nil {
+		io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("airlock: decode answer of %s %s: %w", method, path, err)
+	}
+	return nil
+}
+
+func readAPIError(resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	e := &APIError{Status: resp.StatusCode}
+	var body apitypes.ErrorResponse
+	if json.Unmarshal(b, &body) == nil && body.Error.Code != "" {
+		e.Code, e.Message = body.Error.Code, body.Error.Message
+	} else {
+		e.Code = strings.ToLower(strings.ReplaceAll(http.StatusText(resp.StatusCode), " ", "_"))
+		e.Message = strings.TrimSpace(string(b))
+	}
+	if ra := resp.Header.Get("Retry-After"); ra != "" {
+		if n, err := strconv.Atoi(ra); err == nil {
+			e.RetryAfter = time.Duration(n) * time.Second
+		}
+	}
+	return e
+}
+
+// Health calls GET /healthz. It returns the health body and, when the
+// server is not ready, an *APIError with status 503 carrying the reason.
+func (c *Client) Health(ctx context.Context) (Health, error) {
+	var h Health
+	err := c.do(ctx, http.MethodGet, "/healthz", nil, nil, &h)
+	var ae *APIError
+	if errors.As(err, &ae) && ae.Status == http.StatusServiceUnavailable {
+		_ = json.Unmarshal([]byte(ae.Message), &h)
+		ae.Code = apitypes.CodeUnavailable
+		if h.Reason != "" {
+			ae.Message = h.Reason
+		}
+	}
+	return h, err
+}
+
+// CreateSandbox asks for a new sandbox. The answer comes before the sandbox
+// runs: wait for the returned operation (WaitOperation). A non-empty
+// idempotencyKey makes retries of the same request return the same pair.
+func (c *Client) CreateSandbox(ctx context.Context, req CreateSandboxRequest, idempotencyKey string) (model.Sandbox, model.Operation, error) {
+	var hdr http.Header
+	if idempotencyKey != "" {
+		hdr = http.Header{"Idempotency-Key": {idempotencyKey}}
+	}
+	var out apitypes.CreateSandboxResponse
+	if err := c.do(ctx, http.MethodPost, "/v1/sandboxes", hdr, req, &out); err != nil {
+		return model.Sandbox{}, model.Operation{}, err
+	}
+	return out.Sandbox, out.Operation, nil
+}
+
+// GetSandbox returns one sandbox.
+func (c *Client) GetSandbox(ctx context.Context, id string) (model.Sandbox, error) {
+	var sb model.Sandbox
+	err := c.do(ctx, http.MethodGet, "/v1/sandboxes/"+url.PathEscape(id), nil, nil, &sb)
+	return sb, err
+}
+
+// ListSandboxes returns one page of sandboxes; pass page.NextCursor as
+// f.Cursor for the next one (empty on the last page).
+func (c *Client) ListSandboxes(ctx context.Context, f SandboxFilter) (SandboxPage, error) {
+	q := url.Values{}
+	for _, st := range f.States {
+		q.Add("state", string(st))
+	}
+	for k, v := range f.Metadata {
+		q.Add("metadata", k+"="+v)
+	}
+	if f.Cursor != "" {
+		q.Set("cursor", f.Cursor)
+	}
+	if f.Limit != 0 {
+		q.Set("limit", strconv.Itoa(f.Limit))
+	}
+	path := "/v1/sandboxes"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var page SandboxPage
+	err := c.do(ctx, http.MethodGet, path, nil, nil, &page)
+	return page, err
+}
+
+// DeleteSandbox asks for the sandbox to be deleted and returns the delete
+// operation.
+func (c *Client) DeleteSandbox(ctx context.Context, id string) (model.Operation, error) {
+	var out apitypes.OperationResponse
+	err := c.do(ctx, http.MethodDelete, "/v1/sandboxes/"+url.PathEscape(id), nil, nil, &out)
+	return out.Operation, err
+}
+
+// GetOperation returns one operation.
+func (c *Client) GetOperation(ctx context.Context, id string) (model.Operation, error) {
+	var op model.Operation
+	err := c.do(ctx, http.MethodGet, "/v1/operations/"+url.PathEscape(id), nil, nil, &op)
+	return op, err
+}
+
+// WaitOperation long-polls the operation until it is done. It returns the
+// operation, and an *OperationError (with the reason) if it failed or was
+// cancelled; ctx bounds the wait.
+func (c *Client) WaitOperation(ctx context.Context, id string) (model.Operation, error) {
+	for {
+		var op model.Operation
+		err := c.do(ctx, http.MethodGet, "/v1/operations/"+url.PathEscape(id)+"?wait=30s", nil, nil, &op)
+		if err != nil {
+			var ae *APIError
+			if errors.As(err, &ae) && (ae.Status == http.StatusTooManyRequests || ae.Status == http.StatusServiceUnavailable) {
+				if werr := sleep(ctx, max(ae.RetryAfter, time.Second)); werr != nil {
+					return op, werr
+				}
+				continue
+			}
+			return op, err
+		}
+		if op.State.Done() {
+			if op.State != model.OpSucceeded {
+				return op, &OperationError{Operation: op}
+			}
+			return op, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return op, err
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// CreateCommand prepares a command in a running sandbox; attach to the
+// returned session on the data plane to start it and read its output.
+func (c *Client) CreateCommand(ctx context.Context, sandboxID string, req CreateCommandRequest) (Command, error) {
+	var cs Command
+	err := c.do(ctx, http.MethodPost, "/v1/sandboxes/"+url.PathEscape(sandboxID)+"/commands", nil, req, &cs)
+	return cs, err
+}
+
+// ListCommands lists the processes started in a sandbox.
+func (c *Client) ListCommands(ctx context.Context, sandboxID string) ([]agentapi.ProcessInfo, error) {
+	var out apitypes.ListCommandsResponse
+	err := c.do(ctx, http.MethodGet, "/v1/sandboxes/"+url.PathEscape(sandboxID)+"/commands", nil, nil, &out)
+	return out.Commands, err
+}
+
+// FilesSession returns the data-plane URL and a token for the sandbox's files.
+func (c *Client) FilesSession(ctx context.Context, sandboxID string) (FilesSession, error) {
+	var fs FilesSession
+	err := c.do(ctx, http.MethodPost, "/v1/sandboxes/"+url.PathEscape(sandboxID)+"/files/session", nil, struct{}{}, &fs)
+	return fs, err
+}
+
+// Files opens a files session on a running sandbox and returns a data-plane
+// client for it (see FilesClient).
+func (c *Client) Files(ctx context.Context, sandboxID string) (*FilesClient, error) {
+	fs, err := c.FilesSession(ctx, sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	// fs.URL is ".../v1/sandboxes/{id}/files"; FilesClient wants the
+	// sandbox's base and appends "/files" itself.
+	return &FilesClient{URL: strings.TrimSuffix(fs.URL, "/files"), SandboxID: sandboxID, Token: fs.Token, HTTP: c.HTTPClient}, nil
+}
+
+// ListTemplates lists the templates sandboxes can be created from.
+func (c *Client) ListTemplates(ctx context.Context) ([]model.Template, error) {
+	var out apitypes.ListTemplatesResponse
+	err := c.do(ctx, http.MethodGet, "/v1/templates", nil, nil, &out)
+	return out.Templates, err
+}
+
+// CreateOrg creates an org (needs an admin key of the default org).
+func (c *Client) CreateOrg(ctx context.Context, name string) (model.Org, error) {
+	var org model.Org
+	err := c.do(ctx, http.MethodPost, "/v1/orgs", nil, apitypes.CreateOrgRequest{Name: name}, &org)
+	return org, err
+}
+
+// ListOrgs lists the orgs the caller may see.
+func (c *Client) ListOrgs(ctx context.Context) ([]model.Org, error) {
+	var out apitypes.ListOrgsResponse
+	err := c.do(ctx, http.MethodGet, "/v1/orgs", nil, nil, &out)
+	return out.Orgs, err
+}
+
+// CreateKey creates an API key in an org and returns it with its secret,
+// which the server shows only this once.
+func (c *Client) CreateKey(ctx context.Context, orgID string, req CreateKeyRequest) (CreateKeyResponse, error) {
+	var out CreateKeyResponse
+	err := c.do(ctx, http.MethodPost, "/v1/orgs/"+url.PathEscape(orgID)+"/keys", nil, req, &out)
+	return out, err
+}
+
+// Events follows the event stream (Server-Sent Events) of one sandbox, or of
+// the caller's whole org when sandboxID is empty, starting after sequence
+// number after (0: from the beginning). It yields events in order until ctx
+// ends or an error occurs; a dropped connection is re-opened from the last
+// event received (Last-Event-ID), so no event is skipped or repeated. An
+// API error (e.g. 404) is yielded once and ends the sequence.
+func (c *Client) Events(ctx context.Context, sandboxID string, after int64) iter.Seq2[model.Event, error] {
+	path := "/v1/events"
+	if sandboxID != "" {
+		path = "/v1/sandboxes/" + url.PathEscape(sandboxID) + "/events"
+	}
+	return func(yield func(model.Event, error) bool) {
+		last := after
+		backoff := 100 * time.Millisecond
+		for {
+			got, err := c.streamOnce(ctx, path, last, func(ev model.Event) bool {
+				last = ev.Seq
+				return yield(ev, nil)
+			})
+			if err == errStop || ctx.Err() != nil {
+				return
+			}
+			var ae *APIError
+			if errors.As(err, &ae) {
+				yield(model.Event{}, err)
+				return
+			}
+			if got {
+				backoff = 100 * time.Millisecond
+			}
+			if sleep(ctx, backoff) != nil {
+				return
+			}
+			backoff = min(2*backoff, 5*time.Second)
+		}
+	}
+}
+
+var errStop = errors.New("stop")
+
+// streamOnce reads one SSE connection, calling fn per event. It reports
+// whether any event arrived; errStop means fn asked to stop.
+func (c *Client) streamOnce(ctx context.Context, path string, after int64, fn func(model.Event) bool) (bool, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(c.BaseURL, "/")+path, nil)
+	if err != nil {
+		return false, &APIError{Code: apitypes.CodeBadRequest, Message: err.Error()}
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	if c.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.APIKey)
+	}
+	if after > 0 {
+		req.Header.Set("Last-Event-ID", strconv.FormatInt(after, 10))
+	}
+	resp, err := c.httpClient().Do(req)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return false, readAPIError(resp)
+	}
+	got := false
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	var data []byte
+	for sc.Scan() {
+		line := sc.Bytes()
+		switch {
+		case len(line) == 0: // end of one event
+			if len(data) == 0 {
+				continue
+			}
+			var ev model.Event
+			err := json.Unmarshal(data, &ev)
+			data = data[:0]
+			if err != nil {
+				return got, fmt.Errorf("airlock: decode event: %w", err)
+			}
+			got = true
+			if !fn(ev) {
+				return got, errStop
+			}
+		case line[0] == ':': // comment (keep-alive)
+		default:
+			field, value, _ := bytes.Cut(line, []byte(":"))
+			value = bytes.TrimPrefix(value, []byte(" "))
+			if string(field) == "data" {
+				if len(data) > 0 {
+					data = append(data, '\n')
+				}
+				data = append(data, value...)
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return got, err
+	}
+	return got, io.ErrUnexpectedEOF
+}

@@ -1,0 +1,188 @@
+// Package controller runs the control plane's reconcilers and serves the
+// server side of the worker API (internal/workerapi).
+//
+// The reconcilers are level-triggered: on every event-log wake-up, every
+// Kick and every resync tick, the controller lists the sandboxes that are not
+// deleted and the operations that are not done, and reconciles each sandbox
+// by its ID: re-read, decide one transition, compare-and-set write, repeat
+// until nothing changes. A lost race (model.ErrConflict) is left for the
+// next round. Decisions: placement (internal/scheduler), deletion of
+// unplaced sandboxes, operation completion and operation deadlines.
+//
+// The worker API handler applies what workers observe (running, deleted,
+// failed) with the same transitions and long-polls assignments for them.
+package controller
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/airlock/airlock/internal/events"
+	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/scheduler"
+	"github.com/airlock/airlock/internal/store"
+	"github.com/airlock/airlock/internal/token"
+)
+
+// SigningKeySetting is the settings key of the data-plane signing key.
+const SigningKeySetting = "dataplane_signing_key"
+
+// Defaults for Config.
+const (
+	DefaultHeartbeatTTL = 15 * time.Second
+	DefaultResync       = 2 * time.Second
+	// MaxSyncWait caps the wait parameter of a Sync long poll.
+	MaxSyncWait = 60 * time.Second
+	// staleFactor × HeartbeatTTL without a heartbeat earns a sandbox a note.
+	staleFactor = 4
+)
+
+// Config wires a Controller.
+type Config struct {
+	Store  store.Store
+	Events *events.Log
+	Logger *slog.Logger // nil: discard
+	// WorkerToken authenticates workers (Authorization: Bearer). Empty
+	// refuses every worker API call.
+	WorkerToken string
+	// HeartbeatTTL is how old a worker's last heartbeat may be for it to
+	// take new sandboxes (0: DefaultHeartbeatTTL).
+	HeartbeatTTL time.Duration
+	// Resync is the period of the full reconcile (0: DefaultResync).
+	Resync time.Duration
+	// OperationDeadline is the deadline callers give new operations
+	// (0: model.DefaultOperationDeadline). The controller enforces each
+	// operation's own Deadline.
+	OperationDeadline time.Duration
+	// Now is the clock (nil: time.Now).
+	Now func() time.Time
+}
+
+// Controller reconciles sandboxes and operations and serves workers.
+type Controller struct {
+	cfg  Config
+	st   store.Store
+	ev   *events.Log
+	log  *slog.Logger
+	kick chan struct{}
+	// stopping is closed when Run returns, so parked long polls answer at
+	// once and an HTTP server shutdown does not wait for them.
+	stopping     chan struct{}
+	stoppingOnce sync.Once
+	// waiting counts Sync long polls blocked on a change (for tests).
+	waiting atomic.Int32
+}
+
+// New returns a controller; call Run to start reconciling and Handler to
+// serve workers.
+func New(cfg Config) *Controller {
+	if cfg.HeartbeatTTL <= 0 {
+		cfg.HeartbeatTTL = DefaultHeartbeatTTL
+	}
+	if cfg.Resync <= 0 {
+		cfg.Resync = DefaultResync
+	}
+	if cfg.OperationDeadline <= 0 {
+		cfg.OperationDeadline = model.DefaultOperationDeadline
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Events == nil {
+		cfg.Events = events.New(cfg.Store)
+	}
+	return &Controller{cfg: cfg, st: cfg.Store, ev: cfg.Events, log: cfg.Logger, kick: make(chan struct{}, 1), stopping: make(chan struct{})}
+}
+
+// OperationDeadline is how long new operations should be given.
+func (c *Controller) OperationDeadline() time.Duration { return c.cfg.OperationDeadline }
+
+// HeartbeatTTL is the configured heartbeat freshness window.
+func (c *Controller) HeartbeatTTL() time.Duration { return c.cfg.HeartbeatTTL }
+
+func (c *Controller) now() time.Time { return c.cfg.Now().UTC() }
+
+// Kick asks Run for a reconcile round now. It never blocks.
+func (c *Controller) Kick() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run reconciles until ctx ends, then returns ctx's error.
+func (c *Controller) Run(ctx context.Context) error {
+	defer c.stoppingOnce.Do(func() { close(c.stopping) })
+	tick := time.NewTicker(c.cfg.Resync)
+	defer tick.Stop()
+	for {
+		changed := c.ev.Changed() // taken before the round so no wake-up is missed
+		if err := c.ReconcileAll(ctx); err != nil && ctx.Err() == nil {
+			c.log.Warn("controller: reconcile round", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-changed:
+		case <-c.kick:
+		case <-tick.C:
+		}
+	}
+}
+
+// Ready returns nil when at least one worker has a fresh heartbeat and a
+// template; otherwise an error wrapping model.ErrUnavailable that says what
+// is missing.
+func (c *Controller) Ready(ctx context.Context) error {
+	workers, err := c.st.ListWorkers(ctx)
+	if err != nil {
+		return fmt.Errorf("controller: ready: list workers: %w", err)
+	}
+	now := c.now()
+	live := 0
+	for _, w := range workers {
+		if !scheduler.Fresh(w, now, c.cfg.HeartbeatTTL) {
+			continue
+		}
+		live++
+		if len(w.Templates) > 0 {
+			return nil
+		}
+	}
+	if live == 0 {
+		if len(workers) == 0 {
+			return model.Errorf(model.ErrUnavailable, "no worker has registered")
+		}
+		return model.Errorf(model.ErrUnavailable, "no worker has sent a heartbeat in the last %s (%d registered)", c.cfg.HeartbeatTTL, len(workers))
+	}
+	return model.Errorf(model.ErrUnavailable, "no live worker has a template yet (%d live)", live)
+}
+
+// SigningKey returns the data-plane signing key, creating it on first use.
+func (c *Controller) SigningKey(ctx context.Context) ([]byte, error) {
+	return SigningKey(ctx, c.st)
+}
+
+// SigningKey returns the cluster's data-plane signing key from st, storing a
+// fresh one if none exists yet. Every server agrees on the key because only
+// the first PutSettingIfAbsent wins.
+func SigningKey(ctx context.Context, st store.Store) ([]byte, error) {
+	v, err := st.PutSettingIfAbsent(ctx, SigningKeySetting, base64.StdEncoding.EncodeToString(token.NewKey()))
+	if err != nil {
+		return nil, fmt.Errorf("controller: signing key: %w", err)
+	}
+	key, err := base64.StdEncoding.DecodeString(v)
+	if err != nil || len(key) == 0 {
+		return nil, fmt.Errorf("controller: signing key: stored value is not base64: %w", errors.Join(err, model.ErrInvalid))
+	}
+	return key, nil
+}

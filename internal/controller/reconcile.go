@@ -1,0 +1,380 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/scheduler"
+	"github.com/airlock/airlock/internal/store"
+)
+
+// maxSteps bounds the transitions one reconcile of one sandbox makes before
+// it yields to the next round (each step is one guarded write).
+const maxSteps = 8
+
+// round is what one reconcile pass knows about the cluster. Placement adds
+// to load as it goes so one pass does not overcommit a worker.
+type round struct {
+	now     time.Time
+	workers []model.Worker
+	byID    map[string]model.Worker
+	load    map[string]scheduler.Load
+}
+
+// action is one transition: the new sandbox and/or operation to write.
+type action struct {
+	sb  *model.Sandbox
+	op  *model.Operation
+	why string
+}
+
+func (a action) empty() bool { return a.sb == nil && a.op == nil }
+
+func (c *Controller) newRound(ctx context.Context) (*round, []model.Sandbox, error) {
+	workers, err := c.st.ListWorkers(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("controller: list workers: %w", err)
+	}
+	sbs, err := c.listSandboxes(ctx, store.SandboxFilter{})
+	if err != nil {
+		return nil, nil, err
+	}
+	r := &round{now: c.now(), workers: workers, byID: make(map[string]model.Worker, len(workers)), load: scheduler.LoadOf(sbs)}
+	for _, w := range workers {
+		r.byID[w.ID] = w
+	}
+	return r, sbs, nil
+}
+
+// listSandboxes returns every page of f.
+func (c *Controller) listSandboxes(ctx context.Context, f store.SandboxFilter) ([]model.Sandbox, error) {
+	var all []model.Sandbox
+	f.Limit = 500
+	for {
+		page, next, err := c.st.ListSandboxes(ctx, f)
+		if err != nil {
+			return nil, fmt.Errorf("controller: list sandboxes: %w", err)
+		}
+		all = append(all, page...)
+		if next == "" || len(page) == 0 {
+			return all, nil
+		}
+		f.Cursor = next
+	}
+}
+
+// ReconcileAll runs one full round: every sandbox that is not deleted and
+// every sandbox with an open operation. Conflicts are left for the next
+// round; other errors are joined.
+func (c *Controller) ReconcileAll(ctx context.Context) error {
+	r, sbs, err := c.newRound(ctx)
+	if err != nil {
+		return err
+	}
+	ops, err := c.st.ListOperations(ctx, store.OperationFilter{Open: true})
+	if err != nil {
+		return fmt.Errorf("controller: list open operations: %w", err)
+	}
+	openBySandbox := make(map[string][]model.Operation)
+	for _, op := range ops {
+		openBySandbox[op.SandboxID] = append(openBySandbox[op.SandboxID], op)
+	}
+	// Steady state costs no per-sandbox reads: decide on the listed rows
+	// first and re-read (in reconcile) only the sandboxes that need a write.
+	seen := make(map[string]bool, len(sbs))
+	var ids []string
+	for _, sb := range sbs {
+		seen[sb.ID] = true
+		if !c.decide(r, sb, openBySandbox[sb.ID]).empty() {
+			ids = append(ids, sb.ID)
+		}
+	}
+	for _, op := range ops {
+		if op.SandboxID != "" && !seen[op.SandboxID] {
+			seen[op.SandboxID] = true
+			ids = append(ids, op.SandboxID)
+		}
+	}
+	var errs []error
+	for _, id := range ids {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err := c.reconcile(ctx, r, id); err != nil && !errors.Is(err, model.ErrConflict) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Reconcile reconciles one sandbox by ID until it needs nothing more (or
+// maxSteps transitions were made). It returns model.ErrConflict when a
+// concurrent writer won a race; the caller retries later.
+func (c *Controller) Reconcile(ctx context.Context, sandboxID string) error {
+	r, _, err := c.newRound(ctx)
+	if err != nil {
+		return err
+	}
+	return c.reconcile(ctx, r, sandboxID)
+}
+
+func (c *Controller) reconcile(ctx context.Context, r *round, id string) error {
+	for range maxSteps {
+		sb, open, err := c.read(ctx, id)
+		if errors.Is(err, model.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		a := c.decide(r, sb, open)
+		if a.empty() {
+			return nil
+		}
+		if err := c.apply(ctx, a); err != nil {
+			return err
+		}
+		if a.sb != nil && sb.State == model.StatePending && a.sb.State == model.StateStarting {
+			l := r.load[a.sb.WorkerID]
+			l.MemoryMiB += a.sb.Resources.MemoryMiB
+			l.VCPUs += a.sb.Resources.VCPUs
+			r.load[a.sb.WorkerID] = l
+		}
+	}
+	return nil
+}
+
+// read returns the sandbox and its open operations, oldest first.
+func (c *Controller) read(ctx context.Context, id string) (model.Sandbox, []model.Operation, error) {
+	sb, err := c.st.GetSandbox(ctx, id)
+	if err != nil {
+		return model.Sandbox{}, nil, fmt.Errorf("controller: get sandbox %s: %w", id, err)
+	}
+	ops, err := c.st.ListOperations(ctx, store.OperationFilter{SandboxID: id})
+	if err != nil {
+		return model.Sandbox{}, nil, fmt.Errorf("controller: list operations of %s: %w", id, err)
+	}
+	open := ops[:0:0]
+	for _, op := range ops {
+		if !op.State.Done() {
+			open = append(open, op)
+		}
+	}
+	return sb, open, nil
+}
+
+// decide returns the next transition of sb, or an empty action. Rules, in
+// order:
+//  1. a deleted sandbox completes its delete operation and cancels others;
+//  2. desired deleted: unplaced → deleted, placed → deleting;
+//  3. an open operation past its deadline fails, and so does the sandbox
+//     unless it is being deleted or already failed;
+//  4. an open operation whose target state is reached succeeds; a failed
+//     sandbox fails its operations; a sandbox being deleted cancels the
+//     others;
+//  5. pending and desired running → placed (starting) or a Reason saying
+//     why not;
+//  6. placed on a worker that has been silent for staleFactor × HeartbeatTTL
+//     → a note in Reason (the sandbox stays: the worker may come back).
+func (c *Controller) decide(r *round, sb model.Sandbox, open []model.Operation) action {
+	now := r.now
+	deleting := sb.DesiredState == model.StateDeleted
+
+	// 1. Tombstone.
+	if sb.State == model.StateDeleted {
+		for _, op := range open {
+			if target(op) == model.StateDeleted {
+				return action{op: finish(op, model.OpSucceeded, "", now), why: "delete completed"}
+			}
+			return action{op: finish(op, model.OpCancelled, "the sandbox was deleted", now), why: "sandbox deleted"}
+		}
+		return action{}
+	}
+
+	// 2. Deletion.
+	if deleting && (sb.State != model.StateDeleting || sb.WorkerID == "") {
+		nsb := sb
+		if sb.WorkerID == "" || sb.State == model.StatePending {
+			nsb.State = model.StateDeleted
+			a := action{sb: &nsb, why: "delete unplaced sandbox"}
+			if op, ok := firstOp(open, func(op model.Operation) bool { return target(op) == model.StateDeleted }); ok {
+				a.op = finish(op, model.OpSucceeded, "", now)
+			} else if len(open) > 0 {
+				a.op = finish(open[0], model.OpCancelled, "the sandbox was deleted", now)
+			}
+			return a
+		}
+		nsb.State = model.StateDeleting
+		a := action{sb: &nsb, why: "delete placed sandbox"}
+		if op, ok := firstOp(open, func(op model.Operation) bool { return target(op) != model.StateDeleted }); ok {
+			a.op = finish(op, model.OpCancelled, "superseded by delete", now)
+		}
+		return a
+	}
+
+	// 3. Deadlines.
+	for _, op := range open {
+		if op.Deadline.IsZero() || !now.After(op.Deadline) {
+			continue
+		}
+		reason := fmt.Sprintf("deadline of %s passed while %s was %s", formatDuration(op.Deadline.Sub(op.CreatedAt)), op.Kind, sb.State)
+		a := action{op: finish(op, model.OpFailed, reason, now), why: "operation deadline"}
+		if !deleting && sb.State != model.StateFailed {
+			nsb := sb
+			nsb.State = model.StateFailed
+			nsb.Reason = reason
+			a.sb = &nsb
+		}
+		return a
+	}
+
+	// 4. Operation completion.
+	for _, op := range open {
+		switch {
+		case sb.State == target(op):
+			return action{op: finish(op, model.OpSucceeded, "", now), why: "operation completed"}
+		case sb.State == model.StateFailed && !deleting:
+			return action{op: finish(op, model.OpFailed, failReason(sb), now), why: "sandbox failed"}
+		case deleting && target(op) != model.StateDeleted:
+			return action{op: finish(op, model.OpCancelled, "superseded by delete", now), why: "superseded by delete"}
+		}
+	}
+
+	// 5. Placement.
+	if sb.State == model.StatePending && sb.DesiredState == model.StateRunning {
+		wid, err := scheduler.Pick(r.workers, r.load, scheduler.RequestFor(sb), now, c.cfg.HeartbeatTTL)
+		if err != nil {
+			if sb.Reason == err.Error() {
+				return action{}
+			}
+			nsb := sb
+			nsb.Reason = err.Error()
+			return action{sb: &nsb, why: "unschedulable"}
+		}
+		nsb := sb
+		nsb.WorkerID = wid
+		nsb.State = model.StateStarting
+		nsb.Reason = ""
+		a := action{sb: &nsb, why: "placed"}
+		if op, ok := firstOp(open, func(op model.Operation) bool { return op.State == model.OpPending }); ok {
+			nop := op
+			nop.State = model.OpRunning
+			nop.UpdatedAt = now
+			a.op = &nop
+		}
+		return a
+	}
+
+	// 6. Silent worker.
+	if sb.WorkerID != "" && !sb.State.Terminal() && sb.State != model.StatePending {
+		w, known := r.byID[sb.WorkerID]
+		prefix := stalePrefix(sb.WorkerID)
+		stale := !known || now.Sub(w.LastHeartbeat) > staleFactor*c.cfg.HeartbeatTTL
+		switch {
+		case stale && !strings.HasPrefix(sb.Reason, prefix):
+			nsb := sb
+			if known {
+				nsb.Reason = fmt.Sprintf("%sno heartbeat since %s; the sandbox stays assigned in case it comes back", prefix, w.LastHeartbeat.UTC().Format(time.RFC3339))
+			} else {
+				nsb.Reason = prefix + "it is not registered; the sandbox stays assigned in case it comes back"
+			}
+			return action{sb: &nsb, why: "worker silent"}
+		case !stale && strings.HasPrefix(sb.Reason, prefix):
+			nsb := sb
+			nsb.Reason = ""
+			return action{sb: &nsb, why: "worker back"}
+		}
+	}
+	return action{}
+}
+
+func stalePrefix(workerID string) string { return "worker " + workerID + " is unreachable: " }
+
+// apply writes a (both writes in one transaction when both change) and
+// appends the events.
+func (c *Controller) apply(ctx context.Context, a action) error {
+	var (
+		sb  model.Sandbox
+		op  model.Operation
+		err error
+	)
+	switch {
+	case a.sb != nil && a.op != nil:
+		sb, op, err = c.st.UpdateSandboxAndOperation(ctx, *a.sb, *a.op)
+	case a.sb != nil:
+		sb, err = c.st.UpdateSandbox(ctx, *a.sb)
+	default:
+		op, err = c.st.UpdateOperation(ctx, *a.op)
+	}
+	if err != nil {
+		return fmt.Errorf("controller: %s: write: %w", a.why, err)
+	}
+	attrs := []any{"why", a.why}
+	if a.sb != nil {
+		attrs = append(attrs, "sandbox", sb.ID, "state", sb.State, "worker", sb.WorkerID, "reason", sb.Reason)
+		if err := c.ev.Sandbox(ctx, sb); err != nil {
+			c.log.Warn("controller: sandbox event", "sandbox", sb.ID, "err", err)
+		}
+	}
+	if a.op != nil {
+		attrs = append(attrs, "operation", op.ID, "op_state", op.State, "op_reason", op.Reason)
+		if err := c.ev.Operation(ctx, op); err != nil {
+			c.log.Warn("controller: operation event", "operation", op.ID, "err", err)
+		}
+	}
+	c.log.Info("controller: transition", attrs...)
+	return nil
+}
+
+// target is the sandbox state that completes op.
+func target(op model.Operation) model.SandboxState {
+	if op.Target != "" {
+		return op.Target
+	}
+	switch op.Kind {
+	case model.OpCreate, model.OpResume, model.OpWake:
+		return model.StateRunning
+	case model.OpDelete:
+		return model.StateDeleted
+	case model.OpPause:
+		return model.StatePaused
+	case model.OpSuspend:
+		return model.StateSuspended
+	}
+	return ""
+}
+
+func finish(op model.Operation, s model.OperationState, reason string, now time.Time) *model.Operation {
+	op.State = s
+	op.Reason = reason
+	op.UpdatedAt = now
+	return &op
+}
+
+func firstOp(ops []model.Operation, f func(model.Operation) bool) (model.Operation, bool) {
+	for _, op := range ops {
+		if f(op) {
+			return op, true
+		}
+	}
+	return model.Operation{}, false
+}
+
+func failReason(sb model.Sandbox) string {
+	if sb.Reason != "" {
+		return sb.Reason
+	}
+	return "the sandbox failed"
+}
+
+// formatDuration renders d in whole seconds, or milliseconds when shorter.
+func formatDuration(d time.Duration) string {
+	if d >= time.Second {
+		return d.Round(time.Second).String()
+	}
+	return d.Round(time.Millisecond).String()
+}

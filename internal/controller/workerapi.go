@@ -1,0 +1,439 @@
+package controller
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/store"
+	"github.com/airlock/airlock/internal/workerapi"
+)
+
+// maxBody caps worker API request bodies.
+const maxBody = 8 << 20
+
+var workerIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// Handler serves the worker API (see internal/workerapi) under
+// /internal/v1/workers/.
+func (c *Controller) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /internal/v1/workers/register", c.handleRegister)
+	mux.HandleFunc("POST /internal/v1/workers/{id}/sync", c.handleSync)
+	return c.authenticate(mux)
+}
+
+func (c *Controller) authenticate(next http.Handler) http.Handler {
+	want := []byte("Bearer " + c.cfg.WorkerToken)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c.cfg.WorkerToken == "" {
+			writeError(w, model.Errorf(model.ErrUnauthorized, "the worker API is disabled: the server has no worker token"))
+			return
+		}
+		got := []byte(r.Header.Get("Authorization"))
+		if subtle.ConstantTimeCompare(got, want) != 1 {
+			writeError(w, model.Errorf(model.ErrUnauthorized, "missing or wrong worker token: send Authorization: Bearer <the server's --worker-token>"))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (c *Controller) handleRegister(w http.ResponseWriter, r *http.Request) {
+	var req workerapi.RegisterRequest
+	if err := decode(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	resp, err := c.Register(r.Context(), req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// Register records a worker (and the templates it has) with a fresh
+// heartbeat and returns the data-plane signing key.
+func (c *Controller) Register(ctx context.Context, req workerapi.RegisterRequest) (workerapi.RegisterResponse, error) {
+	if req.ID == "" {
+		var b [8]byte
+		rand.Read(b[:])
+		req.ID = "wkr-" + hex.EncodeToString(b[:])
+	}
+	if !workerIDPattern.MatchString(req.ID) {
+		return workerapi.RegisterResponse{}, model.Errorf(model.ErrInvalid, "worker id %q: use 1-128 letters, digits, '.', '_' or '-'", req.ID)
+	}
+	if u, err := url.Parse(req.DataPlaneURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return workerapi.RegisterResponse{}, model.Errorf(model.ErrInvalid, "data_plane_url %q: want an absolute http(s) URL", req.DataPlaneURL)
+	}
+	if req.CapacityMiB < 0 || req.CapacityVCPUs < 0 {
+		return workerapi.RegisterResponse{}, model.Errorf(model.ErrInvalid, "capacity must not be negative")
+	}
+	if err := validTemplates(req.Templates); err != nil {
+		return workerapi.RegisterResponse{}, err
+	}
+	now := c.now()
+	wk := model.Worker{
+		ID:            req.ID,
+		DataPlaneURL:  req.DataPlaneURL,
+		Runtimes:      req.Runtimes,
+		Templates:     digests(req.Templates),
+		CapacityMiB:   req.CapacityMiB,
+		CapacityVCPUs: req.CapacityVCPUs,
+		LastHeartbeat: now,
+		CreatedAt:     now,
+	}
+	if old, err := c.st.GetWorker(ctx, req.ID); err == nil {
+		wk.CreatedAt = old.CreatedAt
+		wk.InternalURL = old.InternalURL
+	} else if !errors.Is(err, model.ErrNotFound) {
+		return workerapi.RegisterResponse{}, fmt.Errorf("controller: register %s: get worker: %w", req.ID, err)
+	}
+	if err := c.putTemplates(ctx, req.Templates, now); err != nil {
+		return workerapi.RegisterResponse{}, fmt.Errorf("controller: register %s: %w", req.ID, err)
+	}
+	if err := c.st.UpsertWorker(ctx, wk); err != nil {
+		return workerapi.RegisterResponse{}, fmt.Errorf("controller: register %s: upsert worker: %w", req.ID, err)
+	}
+	key, err := c.SigningKey(ctx)
+	if err != nil {
+		return workerapi.RegisterResponse{}, fmt.Errorf("controller: register %s: %w", req.ID, err)
+	}
+	c.log.Info("controller: worker registered", "worker", wk.ID, "data_plane", wk.DataPlaneURL, "runtimes", wk.Runtimes,
+		"templates", wk.Templates, "capacity_mib", wk.CapacityMiB, "capacity_vcpus", wk.CapacityVCPUs)
+	c.Kick()
+	return workerapi.RegisterResponse{WorkerID: wk.ID, SigningKey: base64.StdEncoding.EncodeToString(key)}, nil
+}
+
+func validTemplates(ts []model.Template) error {
+	for _, t := range ts {
+		if t.Name == "" || t.Digest == "" {
+			return model.Errorf(model.ErrInvalid, "template %s:%s@%s: name and digest are required", t.Name, t.Tag, t.Digest)
+		}
+	}
+	return nil
+}
+
+func (c *Controller) putTemplates(ctx context.Context, ts []model.Template, now time.Time) error {
+	for _, t := range ts {
+		if t.Tag == "" {
+			t.Tag = "latest"
+		}
+		if t.CreatedAt.IsZero() {
+			t.CreatedAt = now
+		}
+		if err := c.st.PutTemplate(ctx, t); err != nil {
+			return fmt.Errorf("put template %s:%s: %w", t.Name, t.Tag, err)
+		}
+	}
+	return nil
+}
+
+func digests(ts []model.Template) []string {
+	var ds []string
+	for _, t := range ts {
+		if !slices.Contains(ds, t.Digest) {
+			ds = append(ds, t.Digest)
+		}
+	}
+	slices.Sort(ds)
+	return ds
+}
+
+func (c *Controller) handleSync(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var wait time.Duration
+	if s := q.Get("wait"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			secs, err2 := strconv.Atoi(s)
+			if err2 != nil || secs < 0 {
+				writeError(w, model.Errorf(model.ErrInvalid, "wait %q: want a duration such as 25s", s))
+				return
+			}
+			d = time.Duration(secs) * time.Second
+		}
+		wait = min(max(d, 0), MaxSyncWait)
+	}
+	version, hasVersion := int64(0), false
+	if s := q.Get("version"); s != "" {
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			writeError(w, model.Errorf(model.ErrInvalid, "version %q: want an integer", s))
+			return
+		}
+		version, hasVersion = v, true
+	}
+	var req workerapi.SyncRequest
+	if err := decode(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	resp, err := c.Sync(r.Context(), r.PathValue("id"), req, version, hasVersion, wait)
+	if err != nil {
+		if r.Context().Err() != nil {
+			return // the worker went away
+		}
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// Sync records a heartbeat from worker id, applies what it observed and
+// returns its assignments. When the assignment version equals version
+// (hasVersion) and the observations changed nothing, it waits up to wait
+// for the assignments to change, refreshing the heartbeat while it waits.
+func (c *Controller) Sync(ctx context.Context, id string, req workerapi.SyncRequest, version int64, hasVersion bool, wait time.Duration) (workerapi.SyncResponse, error) {
+	if err := validTemplates(req.Templates); err != nil {
+		return workerapi.SyncResponse{}, err
+	}
+	wasFresh, err := c.heartbeat(ctx, id, req.Templates)
+	if err != nil {
+		return workerapi.SyncResponse{}, err
+	}
+	changed := false
+	for _, o := range req.Observed {
+		wrote, err := c.observe(ctx, id, o)
+		if err != nil {
+			c.log.Warn("controller: apply observed state", "worker", id, "sandbox", o.SandboxID, "observed", o.State, "err", err)
+			continue
+		}
+		changed = changed || wrote
+	}
+	if !wasFresh {
+		c.Kick() // a worker came back: it may take pending sandboxes
+	}
+
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	beat := time.NewTicker(max(c.cfg.HeartbeatTTL/3, 10*time.Millisecond))
+	defer beat.Stop()
+	for {
+		wake := c.ev.Changed()
+		resp, err := c.assignments(ctx, id)
+		if err != nil {
+			return workerapi.SyncResponse{}, err
+		}
+		if changed || !hasVersion || resp.Version != version || wait <= 0 {
+			return resp, nil
+		}
+		c.waiting.Add(1)
+		select {
+		case <-ctx.Done():
+			c.waiting.Add(-1)
+			return workerapi.SyncResponse{}, ctx.Err()
+		case <-timer.C:
+			c.waiting.Add(-1)
+			return resp, nil
+		case <-c.stopping:
+			c.waiting.Add(-1)
+			return resp, nil
+		case <-wake:
+		case <-beat.C:
+			if _, err := c.heartbeat(ctx, id, nil); err != nil {
+				c.waiting.Add(-1)
+				return workerapi.SyncResponse{}, err
+			}
+		}
+		c.waiting.Add(-1)
+	}
+}
+
+// heartbeat refreshes worker id's LastHeartbeat (and its templates when
+// templates is not nil) and reports whether it was fresh before.
+func (c *Controller) heartbeat(ctx context.Context, id string, templates []model.Template) (bool, error) {
+	wk, err := c.st.GetWorker(ctx, id)
+	if errors.Is(err, model.ErrNotFound) {
+		return false, model.Errorf(model.ErrNotFound, "worker %s is not registered: register first", id)
+	}
+	if err != nil {
+		return false, fmt.Errorf("controller: heartbeat %s: get worker: %w", id, err)
+	}
+	now := c.now()
+	wasFresh := now.Sub(wk.LastHeartbeat) <= c.cfg.HeartbeatTTL
+	wk.LastHeartbeat = now
+	if templates != nil {
+		if ds := digests(templates); !slices.Equal(ds, wk.Templates) {
+			if err := c.putTemplates(ctx, templates, now); err != nil {
+				return false, fmt.Errorf("controller: heartbeat %s: %w", id, err)
+			}
+			wk.Templates = ds
+			wasFresh = false // new templates may unblock placement
+		}
+	}
+	if err := c.st.UpsertWorker(ctx, wk); err != nil {
+		return false, fmt.Errorf("controller: heartbeat %s: upsert worker: %w", id, err)
+	}
+	return wasFresh, nil
+}
+
+// observe applies what worker wid saw of one sandbox and reports whether it
+// wrote anything. Lost races are retried a few times, then left to the
+// worker's next Sync.
+func (c *Controller) observe(ctx context.Context, wid string, o workerapi.Observed) (bool, error) {
+	for range 3 {
+		sb, open, err := c.read(ctx, o.SandboxID)
+		if errors.Is(err, model.ErrNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if sb.WorkerID != wid {
+			return false, nil // not assigned here; the worker deletes it
+		}
+		a := decideObserved(sb, open, wid, o, c.now())
+		if a.empty() {
+			return false, nil
+		}
+		err = c.apply(ctx, a)
+		if errors.Is(err, model.ErrConflict) {
+			continue
+		}
+		return err == nil, err
+	}
+	return false, nil
+}
+
+// decideObserved returns the transition that observation o by worker wid
+// causes on sb (assigned to wid), or an empty action.
+func decideObserved(sb model.Sandbox, open []model.Operation, wid string, o workerapi.Observed, now time.Time) action {
+	nsb := sb
+	withOp := func(a action, match func(model.Operation) bool, s model.OperationState, reason string) action {
+		a.sb = &nsb
+		if op, ok := firstOp(open, match); ok {
+			a.op = finish(op, s, reason, now)
+		}
+		return a
+	}
+	reaches := func(st model.SandboxState) func(model.Operation) bool {
+		return func(op model.Operation) bool { return target(op) == st }
+	}
+	anyOp := func(model.Operation) bool { return true }
+	switch {
+	case o.State == model.StateRunning && sb.State == model.StateStarting:
+		nsb.State = model.StateRunning
+		nsb.Reason = ""
+		return withOp(action{why: "worker reports running"}, reaches(model.StateRunning), model.OpSucceeded, "")
+
+	case o.State == model.StateDeleted && sb.State == model.StateDeleting:
+		nsb.State = model.StateDeleted
+		return withOp(action{why: "worker reports deleted"}, reaches(model.StateDeleted), model.OpSucceeded, "")
+
+	case o.State == model.StateFailed && !sb.State.Terminal():
+		reason := o.Reason
+		if reason == "" {
+			reason = "worker " + wid + " reported a failure without a reason"
+		}
+		if sb.DesiredState == model.StateDeleted {
+			// Keep deleting: the assignment still says deleted, so the worker
+			// retries; only record why it has not finished.
+			if sb.Reason == reason {
+				return action{}
+			}
+			nsb.Reason = reason
+			return action{sb: &nsb, why: "worker reports delete failure"}
+		}
+		nsb.State = model.StateFailed
+		nsb.Reason = reason
+		return withOp(action{why: "worker reports failed"}, anyOp, model.OpFailed, reason)
+
+	case o.State == model.StateDeleted && sb.State == model.StateRunning && sb.DesiredState == model.StateRunning:
+		reason := "sandbox disappeared from worker " + wid
+		nsb.State = model.StateFailed
+		nsb.Reason = reason
+		return withOp(action{why: "sandbox disappeared"}, anyOp, model.OpFailed, reason)
+	}
+	return action{}
+}
+
+// assignments lists every sandbox on worker id that is not deleted with
+// what the worker should make of it, and a version that changes whenever
+// any of them changes.
+func (c *Controller) assignments(ctx context.Context, id string) (workerapi.SyncResponse, error) {
+	sbs, err := c.listSandboxes(ctx, store.SandboxFilter{WorkerID: id})
+	if err != nil {
+		return workerapi.SyncResponse{}, err
+	}
+	slices.SortFunc(sbs, func(a, b model.Sandbox) int { return strings.Compare(a.ID, b.ID) })
+	h := fnv.New64a()
+	resp := workerapi.SyncResponse{Assignments: []workerapi.Assignment{}}
+	for _, sb := range sbs {
+		var desired model.SandboxState
+		switch sb.State {
+		case model.StateDeleted, model.StatePending:
+			continue
+		case model.StateDeleting, model.StateFailed:
+			desired = model.StateDeleted
+		default:
+			desired = model.StateRunning
+		}
+		resp.Assignments = append(resp.Assignments, workerapi.Assignment{Sandbox: sb, Desired: desired})
+		fmt.Fprintf(h, "%s\x00%s\x00%d\x00", sb.ID, desired, sb.Generation)
+	}
+	resp.Version = int64(h.Sum64() & math.MaxInt64)
+	return resp, nil
+}
+
+func decode(r *http.Request, v any) error {
+	body := http.MaxBytesReader(nil, r.Body, maxBody)
+	dec := json.NewDecoder(body)
+	if err := dec.Decode(v); err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return model.Errorf(model.ErrTooLarge, "request body exceeds %d bytes", maxBody)
+		}
+		return model.Errorf(model.ErrInvalid, "request body: %v", err)
+	}
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+// writeError is the one place worker API errors become HTTP codes.
+func writeError(w http.ResponseWriter, err error) {
+	status, code := http.StatusInternalServerError, "internal"
+	for _, m := range []struct {
+		kind   error
+		status int
+		code   string
+	}{
+		{model.ErrUnauthorized, http.StatusUnauthorized, "unauthorized"},
+		{model.ErrForbidden, http.StatusForbidden, "forbidden"},
+		{model.ErrNotFound, http.StatusNotFound, "not_found"},
+		{model.ErrInvalid, http.StatusBadRequest, "invalid"},
+		{model.ErrConflict, http.StatusConflict, "conflict"},
+		{model.ErrTooLarge, http.StatusRequestEntityTooLarge, "too_large"},
+		{model.ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
+	} {
+		if errors.Is(err, m.kind) {
+			status, code = m.status, m.code
+			break
+		}
+	}
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="airlock-worker"`)
+	}
+	writeJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": err.Error()}})
+}

@@ -1,0 +1,527 @@
+// Package daemon runs Airlock's long-lived processes from one user-facing
+// configuration: `airlock up` (a server and one worker in one process over
+// embedded SQLite, doing its own first-run set-up), `airlock server` (the
+// stateless control plane over SQLite or PostgreSQL) and `airlock worker`
+// (one per host: runtime, data plane). In `up` the worker still talks to the
+// server through the worker API over loopback HTTP, exactly as a separate
+// worker does, so both deployments exercise one code path.
+package daemon
+
+import (
+	"context"
+	"crypto/rand"
+	"debug/elf"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/airlock/airlock/internal/api"
+	"github.com/airlock/airlock/internal/controller"
+	"github.com/airlock/airlock/internal/events"
+	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/runtime/gvisor"
+	"github.com/airlock/airlock/internal/service"
+	"github.com/airlock/airlock/internal/setup"
+	"github.com/airlock/airlock/internal/store"
+	"github.com/airlock/airlock/internal/store/postgres"
+	"github.com/airlock/airlock/internal/store/sqlite"
+	"github.com/airlock/airlock/internal/worker"
+)
+
+// Main runs the daemon subcommand name ("up", "server" or "worker") with its
+// arguments and returns the process exit code.
+func Main(ctx context.Context, name string, args []string) int {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch name {
+	case "up":
+		err = up(ctx, args)
+	case "server":
+		err = serverCmd(ctx, args)
+	case "worker":
+		err = workerCmd(ctx, args)
+	default:
+		err = fmt.Errorf("unknown daemon command %q", name)
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock %s: %v\n", name, err)
+		return 1
+	}
+	return 0
+}
+
+// DefaultDataDir is where `airlock up` keeps its state unless told otherwise.
+func DefaultDataDir() string {
+	if d := os.Getenv("AIRLOCK_DATA_DIR"); d != "" {
+		return d
+	}
+	home, err := os.UserHomeDir()
+	if err != nil || home == "" {
+		home = "/root"
+	}
+	return filepath.Join(home, ".local", "share", "airlock")
+}
+
+func newLogger(level string) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}
+
+func up(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("airlock up", flag.ContinueOnError)
+	listen := fs.String("listen", "127.0.0.1:7070", "address of the API (control plane)")
+	dataListen := fs.String("data-listen", "127.0.0.1:0", "address of the worker's data plane (port 0: any free port)")
+	dataDir := fs.String("data-dir", DefaultDataDir(), "directory for the database, runsc, templates, sandboxes and keys")
+	deadline := fs.Duration("operation-deadline", 0, "how long a lifecycle operation may take (0: 30m)")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log := newLogger(*logLevel)
+	progress := progressWriter{}
+	if err := os.MkdirAll(*dataDir, 0o700); err != nil {
+		return fmt.Errorf("create data dir: %w", err)
+	}
+	fmt.Fprintf(progress, "setting up in %s\n", *dataDir)
+	wt, err := secretFile(filepath.Join(*dataDir, "worker.token"))
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w (is another airlock running? use --listen)", *listen, err)
+	}
+	st, err := sqlite.Open(ctx, filepath.Join(*dataDir, "airlock.db"))
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("open database: %w", err)
+	}
+	defer st.Close()
+	srv, err := newServer(ctx, st, wt, *deadline, log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	url := "http://" + ln.Addr().String()
+	errc := make(chan error, 2)
+	go func() { errc <- srv.serve(ctx, ln) }()
+
+	if err := ensureAdminKey(ctx, srv.svc, *dataDir, progress); err != nil {
+		return err
+	}
+	w, err := newWorker(ctx, workerOptions{
+		dataDir: *dataDir, serverURL: url, token: wt, dataListen: *dataListen,
+		id: "", log: log, progress: progress,
+	})
+	if err != nil {
+		return err
+	}
+	go func() { errc <- w.Run(ctx) }()
+	if err := waitReady(ctx, srv.svc, errc); err != nil {
+		return err
+	}
+	fmt.Fprintf(progress, "ready: %s (admin key in %s)\n", url, filepath.Join(*dataDir, "admin.key"))
+	fmt.Printf("AIRLOCK_URL=%s\nAIRLOCK_API_KEY=%s\n", url, readTrim(filepath.Join(*dataDir, "admin.key")))
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-errc:
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+}
+
+func serverCmd(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("airlock server", flag.ContinueOnError)
+	listen := fs.String("listen", "127.0.0.1:7070", "address of the API and the worker API")
+	dataDir := fs.String("data-dir", DefaultDataDir(), "directory for the SQLite database and admin.key")
+	db := fs.String("db", "", "database: a postgres:// URL, or a SQLite file path (default <data-dir>/airlock.db)")
+	workerToken := fs.String("worker-token", os.Getenv("AIRLOCK_WORKER_TOKEN"), "shared secret workers authenticate with (or $AIRLOCK_WORKER_TOKEN)")
+	deadline := fs.Duration("operation-deadline", 0, "how long a lifecycle operation may take (0: 30m)")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *workerToken == "" {
+		return errors.New("--worker-token (or AIRLOCK_WORKER_TOKEN) is required: workers authenticate with it")
+	}
+	log := newLogger(*logLevel)
+	if err := os.MkdirAll(*dataDir, 0o700); err != nil {
+		return fmt.Errorf("create data dir: %w", err)
+	}
+	st, err := openStore(ctx, *db, *dataDir)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	srv, err := newServer(ctx, st, *workerToken, *deadline, log)
+	if err != nil {
+		return err
+	}
+	if err := ensureAdminKey(ctx, srv.svc, *dataDir, progressWriter{}); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", *listen, err)
+	}
+	fmt.Fprintf(progressWriter{}, "server listening on http://%s\n", ln.Addr())
+	err = srv.serve(ctx, ln)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+func workerCmd(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("airlock worker", flag.ContinueOnError)
+	serverURL := fs.String("server", "http://127.0.0.1:7070", "base URL of the server")
+	workerToken := fs.String("worker-token", os.Getenv("AIRLOCK_WORKER_TOKEN"), "shared secret (or $AIRLOCK_WORKER_TOKEN)")
+	dataDir := fs.String("data-dir", DefaultDataDir(), "directory for runsc, templates and sandboxes")
+	dataListen := fs.String("data-listen", "127.0.0.1:7071", "address of the data plane")
+	advertise := fs.String("advertise-url", "", "data-plane URL clients use (default http://<data-listen>)")
+	id := fs.String("id", "", "worker id (default: generated once and kept in <data-dir>/worker.id)")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *workerToken == "" {
+		return errors.New("--worker-token (or AIRLOCK_WORKER_TOKEN) is required")
+	}
+	log := newLogger(*logLevel)
+	w, err := newWorker(ctx, workerOptions{
+		dataDir: *dataDir, serverURL: *serverURL, token: *workerToken,
+		dataListen: *dataListen, advertise: *advertise, id: *id, log: log, progress: progressWriter{},
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(progressWriter{}, "worker serving; server %s\n", *serverURL)
+	err = w.Run(ctx)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+func openStore(ctx context.Context, db, dataDir string) (store.Store, error) {
+	switch {
+	case strings.HasPrefix(db, "postgres://"), strings.HasPrefix(db, "postgresql://"):
+		st, err := postgres.Open(ctx, db)
+		if err != nil {
+			return nil, fmt.Errorf("open postgres: %w", err)
+		}
+		return st, nil
+	case db == "":
+		db = filepath.Join(dataDir, "airlock.db")
+	}
+	db = strings.TrimPrefix(db, "sqlite://")
+	st, err := sqlite.Open(ctx, db)
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite %s: %w", db, err)
+	}
+	return st, nil
+}
+
+type server struct {
+	svc  *service.Service
+	ctrl *controller.Controller
+	h    http.Handler
+	log  *slog.Logger
+}
+
+func newServer(ctx context.Context, st store.Store, workerToken string, deadline time.Duration, log *slog.Logger) (*server, error) {
+	ev := events.New(st)
+	ctrl := controller.New(controller.Config{
+		Store: st, Events: ev, Logger: log.With("component", "controller"),
+		WorkerToken: workerToken, OperationDeadline: deadline,
+	})
+	svc := &service.Service{
+		Store: st, Events: ev, Kick: ctrl.Kick, SigningKey: ctrl.SigningKey, Ready: ctrl.Ready,
+		Logger: log.With("component", "api"), OperationDeadline: deadline,
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/internal/", ctrl.Handler())
+	mux.Handle("/", api.New(svc, api.Options{Logger: log.With("component", "api")}))
+	return &server{svc: svc, ctrl: ctrl, h: mux, log: log}, nil
+}
+
+// serve runs the controllers and the HTTP server until ctx ends.
+func (s *server) serve(ctx context.Context, ln net.Listener) error {
+	hs := &http.Server{Handler: s.h, ReadHeaderTimeout: 30 * time.Second}
+	errc := make(chan error, 2)
+	go func() { errc <- s.ctrl.Run(ctx) }()
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		if ctx.Err() == nil && err != nil && !errors.Is(err, http.ErrServerClosed) {
+			hs.Close()
+			return err
+		}
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = hs.Shutdown(sctx)
+	return nil
+}
+
+type workerOptions struct {
+	dataDir, serverURL, token, dataListen, advertise, id string
+	log                                                  *slog.Logger
+	progress                                             io.Writer
+}
+
+// newWorker does the worker's set-up (runsc, base template) and returns a
+// worker ready to Run.
+func newWorker(ctx context.Context, o workerOptions) (*worker.Worker, error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("the worker runs sandboxes with runsc and needs root (run it with sudo)")
+	}
+	if err := os.MkdirAll(o.dataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	runsc, err := setup.EnsureRunsc(ctx, o.dataDir, o.progress)
+	if err != nil {
+		return nil, fmt.Errorf("set up runsc: %w", err)
+	}
+	agent, err := findAgent()
+	if err != nil {
+		return nil, err
+	}
+	agent = staticAgent(ctx, agent, o.dataDir, o.progress)
+	if _, _, err := setup.EnsureBaseTemplate(ctx, o.dataDir, agent, o.progress); err != nil {
+		return nil, fmt.Errorf("set up the base template: %w", err)
+	}
+	drv, err := gvisor.New(gvisor.Config{
+		RunscPath: runsc,
+		StateDir:  filepath.Join(o.dataDir, "runsc"),
+		RunDir:    filepath.Join(o.dataDir, "run"),
+		Logger:    o.log.With("component", "gvisor"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	id := o.id
+	if id == "" {
+		if id, err = persistentID(filepath.Join(o.dataDir, "worker.id")); err != nil {
+			return nil, err
+		}
+	}
+	ln, err := net.Listen("tcp", o.dataListen)
+	if err != nil {
+		return nil, fmt.Errorf("listen for the data plane on %s: %w", o.dataListen, err)
+	}
+	adv := o.advertise
+	if adv == "" {
+		adv = "http://" + ln.Addr().String()
+	}
+	mem, cpus := capacity()
+	return worker.New(worker.Config{
+		ID: id, ServerURL: o.serverURL, WorkerToken: o.token,
+		DataPlaneListener: ln, DataPlaneURL: adv, Driver: drv,
+		Templates:     func() ([]model.Template, error) { return setup.ListTemplates(o.dataDir) },
+		RootFS:        func(digest string) string { return setup.TemplateRootFS(o.dataDir, digest) },
+		CapacityMiB:   mem,
+		CapacityVCPUs: cpus,
+		Logger:        o.log.With("component", "worker"),
+	})
+}
+
+// capacity is what this host offers: its memory, and its cores oversubscribed
+// 8× (gVisor sandboxes mostly idle between commands).
+func capacity() (memMiB, vcpus int) {
+	memMiB = 4096
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		var kb int
+		for _, line := range strings.Split(string(b), "\n") {
+			if _, err := fmt.Sscanf(line, "MemTotal: %d kB", &kb); err == nil {
+				memMiB = kb / 1024
+				break
+			}
+		}
+	}
+	return memMiB, runtime.NumCPU() * 8
+}
+
+// findAgent locates airlock-agent: beside this executable, then on PATH.
+func findAgent() (string, error) {
+	if p := os.Getenv("AIRLOCK_AGENT"); p != "" {
+		return p, nil
+	}
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "airlock-agent")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	if p, err := execLookPath("airlock-agent"); err == nil {
+		return p, nil
+	}
+	return "", errors.New("airlock-agent not found beside the airlock binary or on PATH; build it with ./scripts/build.sh (or set AIRLOCK_AGENT)")
+}
+
+// staticAgent returns a statically linked agent. A cgo build of
+// airlock-agent (plain `go build ./cmd/...`) links the C library; when the
+// module source is at hand (the working directory is this module) it rebuilds
+// the agent with CGO_ENABLED=0 into <dataDir>/bin and returns that. Otherwise
+// it returns agent unchanged (it still runs on the Debian template's libc).
+func staticAgent(ctx context.Context, agent, dataDir string, progress io.Writer) string {
+	f, err := elf.Open(agent)
+	if err != nil {
+		return agent
+	}
+	dynamic := false
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			dynamic = true
+		}
+	}
+	f.Close()
+	if !dynamic {
+		return agent
+	}
+	mod, err := os.ReadFile("go.mod")
+	if err != nil || !strings.Contains(string(mod), "module github.com/airlock/airlock\n") {
+		return agent
+	}
+	out := filepath.Join(dataDir, "bin", "airlock-agent")
+	fmt.Fprintf(progress, "agent: %s is dynamically linked; building a static one (CGO_ENABLED=0) into %s\n", agent, out)
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, "./cmd/airlock-agent")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		fmt.Fprintf(progress, "agent: static build failed (%v): %s; using %s\n", err, strings.TrimSpace(string(b)), agent)
+		return agent
+	}
+	return out
+}
+
+// ensureAdminKey makes sure <dataDir>/admin.key holds a working admin key of
+// the default org, creating the org and key on first start.
+func ensureAdminKey(ctx context.Context, svc *service.Service, dataDir string, progress io.Writer) error {
+	path := filepath.Join(dataDir, "admin.key")
+	secret, created, err := svc.Bootstrap(ctx)
+	if err != nil {
+		return fmt.Errorf("bootstrap the default org: %w", err)
+	}
+	if !created {
+		if k := readTrim(path); k != "" {
+			if _, err := svc.Authenticate(ctx, k); err == nil {
+				return nil
+			}
+		}
+		// The key file is missing or stale: mint a new admin key for it.
+		p := service.Principal{OrgID: service.DefaultOrgID, Admin: true}
+		_, secret, err = svc.CreateKey(ctx, p, service.DefaultOrgID, "admin (airlock up)", true)
+		if err != nil {
+			return fmt.Errorf("create an admin key: %w", err)
+		}
+	}
+	if err := writeFileAtomic(path, []byte(secret+"\n"), 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	fmt.Fprintf(progress, "admin key written to %s\n", path)
+	return nil
+}
+
+// waitReady waits until the service can create sandboxes (a worker has
+// registered with a template), or a component fails.
+func waitReady(ctx context.Context, svc *service.Service, errc <-chan error) error {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if err := svc.CheckReady(ctx); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-errc:
+			return err
+		case <-t.C:
+		}
+	}
+}
+
+func secretFile(path string) (string, error) {
+	if s := readTrim(path); s != "" {
+		return s, nil
+	}
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	s := hex.EncodeToString(b)
+	if err := writeFileAtomic(path, []byte(s+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write %s: %w", path, err)
+	}
+	return s, nil
+}
+
+func persistentID(path string) (string, error) {
+	if s := readTrim(path); s != "" {
+		return s, nil
+	}
+	b := make([]byte, 6)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	id := "w-" + hex.EncodeToString(b)
+	if err := writeFileAtomic(path, []byte(id+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write %s: %w", path, err)
+	}
+	return id, nil
+}
+
+func readTrim(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, mode); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// progressWriter prefixes set-up progress lines on stderr.
+type progressWriter struct{}
+
+func (progressWriter) Write(p []byte) (int, error) {
+	for _, line := range strings.SplitAfter(string(p), "\n") {
+		if line == "" {
+			continue
+		}
+		fmt.Fprint(os.Stderr, "airlock: "+line)
+	}
+	return len(p), nil
+}
+
+var execLookPath = exec.LookPath

@@ -1,0 +1,439 @@
+// Package gvisor is the runtime driver that runs every sandbox under gVisor's
+// runsc (OCI "run --detach", systrap platform by default).
+//
+// Per sandbox the driver owns RunDir/<id>/:
+//
+//	bundle/config.json   the OCI spec (root = the shared template, never written)
+//	chan/agent.sock      the host listener the in-guest agent dials; chan/ is
+//	                     bind-mounted read-only at agentapi.ChannelDir and runsc
+//	                     runs with --host-uds=open so the guest may connect
+//	overlay/             the --overlay2 filestore: guest writes go to disk
+//	runsc.log            stdio of runsc and of the agent (opened O_APPEND)
+//
+// and the cgroup CgroupParent/<id> in every v1 hierarchy. Delete releases all
+// of it even when Start failed half-way or an earlier worker process crashed.
+package gvisor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/airlock/airlock/internal/agentapi"
+	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/runtime"
+)
+
+// Name is the driver name reported to the control plane.
+const Name = "gvisor"
+
+// Config configures the driver.
+type Config struct {
+	RunscPath    string // a statically linked runsc
+	StateDir     string // runsc --root
+	RunDir       string // per-sandbox directories
+	Platform     string // runsc --platform; default "systrap"
+	CgroupParent string // parent of every sandbox cgroup; default "/airlock"
+	Logger       *slog.Logger
+}
+
+// Validate checks the configuration after defaults are applied.
+func (c *Config) Validate() error {
+	if c.RunscPath == "" {
+		return fmt.Errorf("gvisor config: runsc path is required: %w", model.ErrInvalid)
+	}
+	for name, dir := range map[string]string{"state dir": c.StateDir, "run dir": c.RunDir, "cgroup parent": c.CgroupParent} {
+		if !filepath.IsAbs(dir) {
+			return fmt.Errorf("gvisor config: %s %q must be an absolute path: %w", name, dir, model.ErrInvalid)
+		}
+	}
+	if c.CgroupParent == "/" {
+		return fmt.Errorf("gvisor config: cgroup parent must not be the root cgroup: %w", model.ErrInvalid)
+	}
+	switch c.Platform {
+	case "systrap", "ptrace", "kvm":
+	default:
+		return fmt.Errorf("gvisor config: unknown platform %q (want systrap, ptrace or kvm): %w", c.Platform, model.ErrInvalid)
+	}
+	return nil
+}
+
+func (c *Config) setDefaults() {
+	if c.Platform == "" {
+		c.Platform = "systrap"
+	}
+	if c.CgroupParent == "" {
+		c.CgroupParent = "/airlock"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Driver runs sandboxes with runsc.
+type Driver struct {
+	cfg Config
+	log *slog.Logger
+
+	mu      sync.Mutex
+	handles map[string]*sandbox // live handles created by this process
+}
+
+var (
+	_ runtime.Driver  = (*Driver)(nil)
+	_ runtime.Pauser  = (*Driver)(nil)
+	_ runtime.Sandbox = (*sandbox)(nil)
+)
+
+// New returns a driver. It creates StateDir and RunDir if needed.
+func New(cfg Config) (*Driver, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(cfg.RunscPath); err != nil {
+		return nil, fmt.Errorf("gvisor: runsc binary: %w", err)
+	}
+	for _, dir := range []string{cfg.StateDir, cfg.RunDir} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("gvisor: create %s: %w", dir, err)
+		}
+	}
+	return &Driver{cfg: cfg, log: cfg.Logger, handles: map[string]*sandbox{}}, nil
+}
+
+// Name returns "gvisor".
+func (d *Driver) Name() string { return Name }
+
+// maxSocketPath is the usable length of sockaddr_un.sun_path.
+const maxSocketPath = 107
+
+func (d *Driver) sandboxDir(id string) string { return filepath.Join(d.cfg.RunDir, id) }
+func (d *Driver) chanDir(id string) string    { return filepath.Join(d.sandboxDir(id), "chan") }
+func (d *Driver) socketPath(id string) string {
+	return filepath.Join(d.chanDir(id), agentapi.ChannelSocket)
+}
+
+// validID rejects ids that could escape RunDir or confuse runsc.
+func validID(id string) error {
+	if id == "" || len(id) > 64 || strings.ContainsAny(id, "/\\ \t\n\x00") || id == "." || id == ".." {
+		return fmt.Errorf("gvisor: invalid sandbox id %q: %w", id, model.ErrInvalid)
+	}
+	return nil
+}
+
+// Start creates and starts a sandbox. On failure nothing of it is left.
+func (d *Driver) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Sandbox, err error) {
+	if err := validID(spec.ID); err != nil {
+		return nil, err
+	}
+	if spec.VCPUs <= 0 || spec.MemoryMiB <= 0 {
+		return nil, fmt.Errorf("gvisor: start %s: vcpus and memory must be positive: %w", spec.ID, model.ErrInvalid)
+	}
+	if fi, err := os.Stat(filepath.Join(spec.RootFS, strings.TrimPrefix(agentPath, "/"))); err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("gvisor: start %s: root filesystem %q has no agent at %s: %w", spec.ID, spec.RootFS, agentPath, model.ErrInvalid)
+	}
+	if !filepath.IsAbs(spec.RootFS) {
+		return nil, fmt.Errorf("gvisor: start %s: root filesystem %q must be absolute: %w", spec.ID, spec.RootFS, model.ErrInvalid)
+	}
+	if len(d.socketPath(spec.ID)) > maxSocketPath {
+		return nil, fmt.Errorf("gvisor: start %s: socket path %s is longer than %d bytes; use a shorter run dir: %w",
+			spec.ID, d.socketPath(spec.ID), maxSocketPath, model.ErrInvalid)
+	}
+	dir := d.sandboxDir(spec.ID)
+	// Mkdir (not MkdirAll) claims the id: a second Start of the same id fails
+	// here without touching the first sandbox.
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return nil, fmt.Errorf("gvisor: start %s: sandbox exists: %w", spec.ID, model.ErrConflict)
+		}
+		return nil, fmt.Errorf("gvisor: start %s: create run dir: %w", spec.ID, err)
+	}
+	defer func() {
+		if err != nil {
+			// A fresh context: the caller's may be what failed the start.
+			if cerr := d.cleanup(context.WithoutCancel(ctx), spec.ID); cerr != nil {
+				err = errors.Join(err, fmt.Errorf("clean up after failed start: %w", cerr))
+			}
+		}
+	}()
+
+	for _, sub := range []string{"bundle", "chan", "overlay"} {
+		if err := os.Mkdir(filepath.Join(dir, sub), 0o700); err != nil {
+			return nil, fmt.Errorf("gvisor: start %s: create %s dir: %w", spec.ID, sub, err)
+		}
+	}
+	// The guest agent runs as root inside the sandbox, but the gofer may
+	// not: let it traverse the channel dir.
+	if err := os.Chmod(d.chanDir(spec.ID), 0o711); err != nil {
+		return nil, fmt.Errorf("gvisor: start %s: chmod channel dir: %w", spec.ID, err)
+	}
+	sb, err := d.listen(spec.ID)
+	if err != nil {
+		return nil, fmt.Errorf("gvisor: start %s: %w", spec.ID, err)
+	}
+	defer func() {
+		if err != nil {
+			sb.Close()
+		}
+	}()
+
+	cfg, err := json.MarshalIndent(buildSpec(spec, d.cfg.CgroupParent, d.chanDir(spec.ID)), "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("gvisor: start %s: encode spec: %w", spec.ID, err)
+	}
+	bundle := filepath.Join(dir, "bundle")
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), cfg, 0o600); err != nil {
+		return nil, fmt.Errorf("gvisor: start %s: write spec: %w", spec.ID, err)
+	}
+
+	// runsc and the sandbox it forks write their stdio here. O_APPEND: a
+	// sandbox writing at its own offset would clobber earlier lines.
+	logPath := filepath.Join(dir, "runsc.log")
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("gvisor: start %s: open log: %w", spec.ID, err)
+	}
+	defer logf.Close()
+
+	args := append(d.globalArgs(),
+		"--host-uds=open",
+		"--overlay2=root:dir="+filepath.Join(dir, "overlay"),
+		"run", "--detach", "--bundle", bundle, spec.ID)
+	cmd := exec.CommandContext(ctx, d.cfg.RunscPath, args...)
+	// Files, not pipes: the detached sandbox inherits them, and a pipe would
+	// keep Wait blocked for the sandbox's lifetime.
+	cmd.Stdin = nil
+	cmd.Stdout = logf
+	cmd.Stderr = logf
+	// Own session: the sandbox must outlive the worker and not receive the
+	// worker's terminal signals.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("gvisor: start %s: runsc run: %w: %s", spec.ID, err, tail(logPath, 2048))
+	}
+	d.log.Info("sandbox started", "id", spec.ID, "vcpus", spec.VCPUs, "memory_mib", spec.MemoryMiB)
+	return sb, nil
+}
+
+// Adopt reattaches to a sandbox started by an earlier worker process: it
+// re-creates the channel listener; the agent redials by itself.
+func (d *Driver) Adopt(ctx context.Context, id string) (runtime.Sandbox, error) {
+	if err := validID(id); err != nil {
+		return nil, err
+	}
+	st, err := d.Status(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("gvisor: adopt %s: %w", id, err)
+	}
+	if st != runtime.StatusRunning && st != runtime.StatusPaused {
+		return nil, fmt.Errorf("gvisor: adopt %s: sandbox is %s: %w", id, st, runtime.ErrNotFound)
+	}
+	if fi, err := os.Stat(d.chanDir(id)); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("gvisor: adopt %s: no channel dir: %w", id, runtime.ErrNotFound)
+	}
+	d.closeHandle(id)
+	// A stale socket file of the previous listener blocks bind(2).
+	if err := os.Remove(d.socketPath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("gvisor: adopt %s: remove stale socket: %w", id, err)
+	}
+	sb, err := d.listen(id)
+	if err != nil {
+		return nil, fmt.Errorf("gvisor: adopt %s: %w", id, err)
+	}
+	return sb, nil
+}
+
+// Delete stops the sandbox and releases everything it held. Idempotent.
+func (d *Driver) Delete(ctx context.Context, id string) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	if err := d.cleanup(ctx, id); err != nil {
+		return fmt.Errorf("gvisor: delete %s: %w", id, err)
+	}
+	return nil
+}
+
+// runscState is the part of `runsc state` output the driver reads.
+type runscState struct {
+	ID     string `json:"id"`
+	Status string `json:"status"`
+	Pid    int    `json:"pid"`
+}
+
+// Status reports what runsc says about the sandbox. A run dir without runsc
+// state (a half-created or half-deleted sandbox) is StatusStopped, so that
+// reconciliation deletes it.
+func (d *Driver) Status(ctx context.Context, id string) (runtime.Status, error) {
+	if err := validID(id); err != nil {
+		return "", err
+	}
+	st, found, err := d.state(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if !found {
+		if _, err := os.Lstat(d.sandboxDir(id)); err == nil {
+			return runtime.StatusStopped, nil
+		}
+		return runtime.StatusGone, nil
+	}
+	switch st.Status {
+	case "running":
+		return runtime.StatusRunning, nil
+	case "paused":
+		return runtime.StatusPaused, nil
+	default: // "creating", "created", "stopped"
+		return runtime.StatusStopped, nil
+	}
+}
+
+// state runs `runsc state`; found is false when runsc has no such container.
+func (d *Driver) state(ctx context.Context, id string) (st runscState, found bool, err error) {
+	out, err := d.runsc(ctx, "state", id)
+	if err != nil {
+		if notExist(out) {
+			return st, false, nil
+		}
+		return st, false, fmt.Errorf("gvisor: runsc state %s: %w: %s", id, err, strings.TrimSpace(string(out)))
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return st, false, fmt.Errorf("gvisor: runsc state %s: decode: %w", id, err)
+	}
+	// runsc resolves ids by prefix; only an exact match counts.
+	if st.ID != id {
+		return st, false, nil
+	}
+	return st, true, nil
+}
+
+// List returns every id runsc knows plus every run dir (half-created
+// sandboxes included), sorted and unique.
+func (d *Driver) List(ctx context.Context) ([]string, error) {
+	seen := map[string]bool{}
+	out, err := d.runsc(ctx, "list", "-format=json")
+	if err != nil {
+		return nil, fmt.Errorf("gvisor: runsc list: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	var states []runscState
+	if s := strings.TrimSpace(string(out)); s != "" && s != "null" {
+		if err := json.Unmarshal(out, &states); err != nil {
+			return nil, fmt.Errorf("gvisor: runsc list: decode: %w", err)
+		}
+	}
+	for _, st := range states {
+		seen[st.ID] = true
+	}
+	entries, err := os.ReadDir(d.cfg.RunDir)
+	if err != nil {
+		return nil, fmt.Errorf("gvisor: list run dir: %w", err)
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			seen[e.Name()] = true
+		}
+	}
+	ids := make([]string, 0, len(seen))
+	for id := range seen {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
+// Pause freezes the sandbox in memory (inside the sentry; no cgroup freezer).
+func (d *Driver) Pause(ctx context.Context, id string) error { return d.simple(ctx, "pause", id) }
+
+// Resume continues a paused sandbox.
+func (d *Driver) Resume(ctx context.Context, id string) error { return d.simple(ctx, "resume", id) }
+
+func (d *Driver) simple(ctx context.Context, verb, id string) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	if _, found, err := d.state(ctx, id); err != nil {
+		return err
+	} else if !found {
+		return fmt.Errorf("gvisor: %s %s: %w", verb, id, runtime.ErrNotFound)
+	}
+	if out, err := d.runsc(ctx, verb, id); err != nil {
+		return fmt.Errorf("gvisor: runsc %s %s: %w: %s", verb, id, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+func (d *Driver) globalArgs() []string {
+	return []string{"--root", d.cfg.StateDir, "--platform=" + d.cfg.Platform}
+}
+
+// runsc runs a short runsc subcommand and returns its combined output.
+func (d *Driver) runsc(ctx context.Context, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, d.cfg.RunscPath, append(d.globalArgs(), args...)...)
+	return cmd.CombinedOutput()
+}
+
+// notExist recognises runsc's "no such container" errors.
+func notExist(out []byte) bool {
+	s := string(out)
+	return strings.Contains(s, "does not exist") || strings.Contains(s, "no such file or directory") ||
+		strings.Contains(s, "not found")
+}
+
+// tail returns at most n trailing bytes of a file, for error messages.
+func tail(path string, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Size() > n {
+		f.Seek(fi.Size()-n, io.SeekStart)
+	}
+	b, _ := io.ReadAll(f)
+	return strings.TrimSpace(string(b))
+}
+
+// listen creates the channel listener and the handle around it.
+func (d *Driver) listen(id string) (*sandbox, error) {
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: d.socketPath(id), Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("listen on agent channel: %w", err)
+	}
+	// A later Adopt may bind a new listener at the same path; closing this
+	// one must not unlink that one's socket file.
+	ln.SetUnlinkOnClose(false)
+	sb := newSandbox(id, ln, d)
+	d.mu.Lock()
+	d.handles[id] = sb
+	d.mu.Unlock()
+	return sb, nil
+}
+
+func (d *Driver) closeHandle(id string) {
+	d.mu.Lock()
+	sb := d.handles[id]
+	d.mu.Unlock()
+	if sb != nil {
+		sb.Close()
+	}
+}
+
+func (d *Driver) forget(sb *sandbox) {
+	d.mu.Lock()
+	if d.handles[sb.id] == sb {
+		delete(d.handles, sb.id)
+	}
+	d.mu.Unlock()
+}

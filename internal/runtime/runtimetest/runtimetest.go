@@ -1,0 +1,626 @@
+// Package runtimetest is the conformance suite every runtime driver runs
+// (gvisor today, qemu next): Run starts real sandboxes with a real template
+// and talks to the real in-guest agent through internal/agentclient.
+package runtimetest
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/airlock/airlock/internal/agentapi"
+	"github.com/airlock/airlock/internal/agentclient"
+	"github.com/airlock/airlock/internal/runtime"
+)
+
+// Options describe the environment of the driver under test.
+type Options struct {
+	// RootFS is a template root filesystem with the agent at
+	// /usr/local/bin/airlock-agent and the base template's tools (sh, cat,
+	// python3).
+	RootFS string
+	// RunDir is the driver's per-sandbox directory parent; when set, the
+	// suite checks RunDir/<id> is gone after Delete.
+	RunDir string
+	// CgroupParent is the parent of sandbox cgroups (default "/airlock");
+	// the suite checks /sys/fs/cgroup/*/CgroupParent/<id> is gone after Delete.
+	CgroupParent string
+	// NewID returns a fresh fixed-length sandbox id (default "sb-" + 26
+	// random base32 characters).
+	NewID func() string
+	// MemoryMiB and VCPUs of every sandbox (defaults 256 and 1).
+	MemoryMiB int
+	VCPUs     int
+	// BootTimeout bounds the wait for the agent (default 60 s).
+	BootTimeout time.Duration
+}
+
+func (o *Options) defaults() {
+	if o.CgroupParent == "" {
+		o.CgroupParent = "/airlock"
+	}
+	if o.NewID == nil {
+		o.NewID = NewID
+	}
+	if o.MemoryMiB == 0 {
+		o.MemoryMiB = 256
+	}
+	if o.VCPUs == 0 {
+		o.VCPUs = 1
+	}
+	if o.BootTimeout == 0 {
+		o.BootTimeout = 60 * time.Second
+	}
+}
+
+// NewID returns "sb-" followed by 26 random lowercase base32 characters.
+func NewID() string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz234567"
+	b := make([]byte, 26)
+	rand.Read(b)
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	return "sb-" + string(b)
+}
+
+// Run runs the conformance suite against d.
+func Run(t *testing.T, d runtime.Driver, opts Options) {
+	opts.defaults()
+	if opts.RootFS == "" {
+		t.Fatal("runtimetest: Options.RootFS is required")
+	}
+	s := &suite{d: d, opts: opts}
+	t.Run("BootAndHealth", s.testBoot)
+	t.Run("Exec", s.testExec)
+	t.Run("Files", s.testFiles)
+	t.Run("Limits", s.testLimits)
+	t.Run("NetworkLoopbackOnly", s.testNetwork)
+	t.Run("HostInvisible", s.testHostInvisible)
+	t.Run("Adopt", s.testAdopt)
+	t.Run("PauseResume", s.testPause)
+	t.Run("DeleteLeavesNothing", s.testDelete)
+	t.Run("Concurrent", s.testConcurrent)
+	t.Run("DeleteUnknown", s.testDeleteUnknown)
+	t.Run("BadRootFS", s.testBadRootFS)
+}
+
+type suite struct {
+	d    runtime.Driver
+	opts Options
+	seq  atomic.Int64
+}
+
+// box is one started sandbox and a client of its agent.
+type box struct {
+	id string
+	sb runtime.Sandbox
+	c  *agentclient.Client
+}
+
+func (s *suite) spec(id string) runtime.Spec {
+	return runtime.Spec{ID: id, RootFS: s.opts.RootFS, VCPUs: s.opts.VCPUs, MemoryMiB: s.opts.MemoryMiB, Hostname: "conformance"}
+}
+
+// start starts a sandbox, waits for its agent, and deletes it at the end of
+// the test.
+func (s *suite) start(t *testing.T) *box {
+	t.Helper()
+	id := s.opts.NewID()
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.BootTimeout)
+	defer cancel()
+	sb, err := s.d.Start(ctx, s.spec(id))
+	if err != nil {
+		t.Fatalf("Start %s: %v", id, err)
+	}
+	b := &box{id: id, sb: sb}
+	b.c = agentclient.New(func(ctx context.Context) (net.Conn, error) { return sb.AgentConn(ctx) })
+	t.Cleanup(func() {
+		b.c.Close()
+		b.sb.Close()
+		if err := s.d.Delete(context.Background(), id); err != nil {
+			t.Errorf("Delete %s: %v", id, err)
+		}
+	})
+	if err := b.c.WaitReady(ctx); err != nil {
+		t.Fatalf("agent of %s not ready: %v", id, err)
+	}
+	return b
+}
+
+// exec runs argv in the sandbox and returns its combined output and exit code.
+func (s *suite) exec(t *testing.T, b *box, argv ...string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pid := fmt.Sprintf("rt-%d", s.seq.Add(1))
+	if _, err := b.c.StartProcess(ctx, agentapi.ProcessSpec{ID: pid, Argv: argv, User: "root"}); err != nil {
+		t.Fatalf("start %v: %v", argv, err)
+	}
+	out, err := b.c.Output(ctx, pid, 0)
+	if err != nil {
+		t.Fatalf("output of %v: %v", argv, err)
+	}
+	defer out.Close()
+	var sb strings.Builder
+	for {
+		kind, payload, err := out.Next()
+		if err != nil {
+			t.Fatalf("output of %v: %v (so far %q)", argv, err, sb.String())
+		}
+		switch kind {
+		case agentapi.FrameStdout, agentapi.FrameStderr:
+			sb.Write(payload)
+		case agentapi.FrameExit:
+			var e agentapi.Exit
+			if err := json.Unmarshal(payload, &e); err != nil {
+				t.Fatalf("exit frame of %v: %v", argv, err)
+			}
+			if e.Error != "" {
+				t.Fatalf("%v could not run: %s", argv, e.Error)
+			}
+			return sb.String(), e.ExitCode
+		case agentapi.FrameError:
+			t.Fatalf("output of %v: error frame %s", argv, payload)
+		}
+	}
+}
+
+// sh runs a shell snippet and fails the test unless it exits 0.
+func (s *suite) sh(t *testing.T, b *box, script string) string {
+	t.Helper()
+	out, code := s.exec(t, b, "sh", "-c", script)
+	if code != 0 {
+		t.Fatalf("sh -c %q: exit %d: %s", script, code, out)
+	}
+	return out
+}
+
+func (s *suite) testBoot(t *testing.T) {
+	b := s.start(t)
+	ctx := context.Background()
+	h, err := b.c.Health(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Version != agentapi.Version || h.PID != 1 {
+		t.Errorf("health = %+v, want version %s and PID 1", h, agentapi.Version)
+	}
+	if st, err := s.d.Status(ctx, b.id); err != nil || st != runtime.StatusRunning {
+		t.Errorf("Status = %q, %v; want running", st, err)
+	}
+	ids, err := s.d.List(ctx)
+	if err != nil || !slices.Contains(ids, b.id) {
+		t.Errorf("List = %v, %v; want it to contain %s", ids, err, b.id)
+	}
+	if b.sb.ID() != b.id {
+		t.Errorf("Sandbox.ID = %q, want %q", b.sb.ID(), b.id)
+	}
+	if out := strings.TrimSpace(s.sh(t, b, "hostname")); out != "conformance" {
+		t.Errorf("hostname = %q", out)
+	}
+}
+
+func (s *suite) testExec(t *testing.T) {
+	b := s.start(t)
+	tests := []struct {
+		argv []string
+		out  string
+		code int
+	}{
+		{[]string{"echo", "hi"}, "hi\n", 0},
+		{[]string{"sh", "-c", "exit 3"}, "", 3},
+		{[]string{"sh", "-c", "echo out; echo err >&2"}, "out\nerr\n", 0},
+		{[]string{"id", "-u"}, "0\n", 0},
+	}
+	for _, tt := range tests {
+		out, code := s.exec(t, b, tt.argv...)
+		if out != tt.out || code != tt.code {
+			t.Errorf("%v = %q exit %d, want %q exit %d", tt.argv, out, code, tt.out, tt.code)
+		}
+	}
+}
+
+func (s *suite) testFiles(t *testing.T) {
+	b := s.start(t)
+	ctx := context.Background()
+	content := "hello from the host " + b.id + "\n"
+	for _, p := range []string{"/home/user/notes/a.txt", "/etc/airlock-conformance"} {
+		if _, err := b.c.WriteFile(ctx, p, "0640", "", strings.NewReader(content)); err != nil {
+			t.Fatalf("WriteFile %s: %v", p, err)
+		}
+		rc, _, err := b.c.ReadFile(ctx, p)
+		if err != nil {
+			t.Fatalf("ReadFile %s: %v", p, err)
+		}
+		got, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil || string(got) != content {
+			t.Errorf("ReadFile %s = %q, %v; want %q", p, got, err, content)
+		}
+		if out := s.sh(t, b, "cat "+p); out != content {
+			t.Errorf("guest cat %s = %q", p, out)
+		}
+	}
+	// Guest writes must never reach the shared template.
+	if _, err := os.Stat(filepath.Join(s.opts.RootFS, "etc/airlock-conformance")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a guest write reached the template: stat = %v", err)
+	}
+	s.sh(t, b, "rm -f /bin/true")
+	if _, err := os.Stat(filepath.Join(s.opts.RootFS, "bin/true")); err != nil {
+		t.Errorf("a guest delete reached the template: %v", err)
+	}
+}
+
+func (s *suite) testLimits(t *testing.T) {
+	b := s.start(t)
+	out := s.sh(t, b, "grep MemTotal /proc/meminfo")
+	f := strings.Fields(out)
+	if len(f) < 2 {
+		t.Fatalf("meminfo: %q", out)
+	}
+	kb, err := strconv.Atoi(f[1])
+	if err != nil {
+		t.Fatalf("meminfo: %q", out)
+	}
+	want := s.opts.MemoryMiB * 1024
+	if kb < want*9/10 || kb > want*11/10 {
+		t.Errorf("guest MemTotal = %d kB, want about %d kB", kb, want)
+	}
+}
+
+func (s *suite) testNetwork(t *testing.T) {
+	b := s.start(t)
+	out := s.sh(t, b, "cat /proc/net/dev")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	for _, l := range lines[min(2, len(lines)):] {
+		name, _, _ := strings.Cut(strings.TrimSpace(l), ":")
+		if name != "lo" {
+			t.Errorf("guest has network interface %q (only lo allowed):\n%s", name, out)
+		}
+	}
+	out = s.sh(t, b, `python3 -c 'import socket; print(" ".join(n for _, n in socket.if_nameindex()))'`)
+	for _, name := range strings.Fields(out) {
+		if name != "lo" {
+			t.Errorf("guest has network interface %q (only lo allowed)", name)
+		}
+	}
+	// No route out: connecting to a TEST-NET-1 address fails at once.
+	out, code := s.exec(t, b, "python3", "-c",
+		"import socket; s = socket.socket(); s.settimeout(3); s.connect(('192.0.2.1', 80))")
+	if code == 0 {
+		t.Errorf("guest connected to 192.0.2.1:80: %s", out)
+	}
+	if strings.Contains(out, "timed out") {
+		t.Errorf("connect to 192.0.2.1 timed out (packets left the sandbox?): %s", out)
+	}
+}
+
+func (s *suite) testHostInvisible(t *testing.T) {
+	b := s.start(t)
+	out := s.sh(t, b, "ls /proc")
+	pids := 0
+	for _, f := range strings.Fields(out) {
+		if _, err := strconv.Atoi(f); err == nil {
+			pids++
+		}
+	}
+	if pids == 0 || pids > 20 {
+		t.Errorf("guest sees %d processes in /proc, want a handful:\n%s", pids, out)
+	}
+	secret := filepath.Join(os.TempDir(), "airlock-conformance-"+b.id)
+	if err := os.WriteFile(secret, []byte("host secret\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(secret)
+	if out, code := s.exec(t, b, "cat", secret); code == 0 || strings.Contains(out, "host secret") {
+		t.Errorf("guest read a host file %s: exit %d %q", secret, code, out)
+	}
+}
+
+func (s *suite) testAdopt(t *testing.T) {
+	b := s.start(t)
+	s.sh(t, b, "echo before > /tmp/adopt")
+	// The handle goes away as with a worker restart; the sandbox stays.
+	b.c.Close()
+	if err := b.sb.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.BootTimeout)
+	defer cancel()
+	sb, err := s.d.Adopt(ctx, b.id)
+	if err != nil {
+		t.Fatalf("Adopt: %v", err)
+	}
+	b.sb = sb
+	b.c = agentclient.New(func(ctx context.Context) (net.Conn, error) { return sb.AgentConn(ctx) })
+	if err := b.c.WaitReady(ctx); err != nil {
+		t.Fatalf("agent after Adopt: %v", err)
+	}
+	if out := s.sh(t, b, "cat /tmp/adopt"); out != "before\n" {
+		t.Errorf("after Adopt /tmp/adopt = %q", out)
+	}
+	if _, err := s.d.Adopt(ctx, NewID()); err == nil {
+		t.Error("Adopt of an unknown id succeeded")
+	}
+}
+
+func (s *suite) testPause(t *testing.T) {
+	p, ok := s.d.(runtime.Pauser)
+	if !ok {
+		t.Skipf("driver %s does not implement runtime.Pauser", s.d.Name())
+	}
+	b := s.start(t)
+	ctx := context.Background()
+	// A loop appends the guest's wall clock (seconds.micros) about every
+	// 20 ms. While paused it must not run: its ticks show one gap about as
+	// long as the pause, where a running loop's gaps stay far shorter.
+	if _, err := b.c.StartProcess(ctx, agentapi.ProcessSpec{ID: "ticker", Argv: []string{"bash", "-c",
+		`while :; do echo $EPOCHREALTIME >> /tmp/ticks; sleep 0.02; done`}}); err != nil {
+		t.Fatal(err)
+	}
+	var lastErr error
+	ticks := func() []float64 {
+		rc, _, err := b.c.ReadFile(ctx, "/tmp/ticks")
+		if err != nil {
+			lastErr = err // not written yet
+			return nil
+		}
+		defer rc.Close()
+		data, _ := io.ReadAll(rc)
+		var out []float64
+		for _, l := range strings.Split(string(data), "\n") {
+			if f, err := strconv.ParseFloat(strings.TrimSpace(l), 64); err == nil {
+				out = append(out, f)
+			}
+		}
+		return out
+	}
+	waitTicks := func(n int) []float64 {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			if tk := ticks(); len(tk) >= n {
+				return tk
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the guest loop does not tick (want %d ticks; last error %v)", n, lastErr)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	const pause = 1500 * time.Millisecond
+	before := len(waitTicks(10))
+	if err := p.Pause(ctx, b.id); err != nil {
+		t.Fatalf("Pause: %v", err)
+	}
+	if st, err := s.d.Status(ctx, b.id); err != nil || st != runtime.StatusPaused {
+		t.Errorf("Status while paused = %q, %v", st, err)
+	}
+	time.Sleep(pause)
+	if err := p.Resume(ctx, b.id); err != nil {
+		t.Fatalf("Resume: %v", err)
+	}
+	if st, err := s.d.Status(ctx, b.id); err != nil || st != runtime.StatusRunning {
+		t.Errorf("Status after resume = %q, %v", st, err)
+	}
+	tk := waitTicks(before + 10) // the loop runs again after Resume
+	var maxGap, sum float64
+	for i := 1; i < len(tk); i++ {
+		gap := tk[i] - tk[i-1]
+		sum += gap
+		maxGap = max(maxGap, gap)
+	}
+	typical := (sum - maxGap) / float64(len(tk)-2)
+	t.Logf("%d ticks, mean gap %.3fs, longest gap %.3fs across a %v pause", len(tk), typical, maxGap, pause)
+	if maxGap < pause.Seconds()*0.75 {
+		t.Errorf("the guest loop never stopped for the pause: longest gap %.3fs, pause %v", maxGap, pause)
+	}
+}
+
+func (s *suite) testDelete(t *testing.T) {
+	b := s.start(t)
+	ctx := context.Background()
+	s.sh(t, b, "echo x > /tmp/x")
+	b.c.Close()
+	if err := s.d.Delete(ctx, b.id); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	s.assertGone(t, b.id)
+	if err := s.d.Delete(ctx, b.id); err != nil {
+		t.Errorf("second Delete: %v", err)
+	}
+	if _, err := b.sb.AgentConn(ctx); err == nil {
+		t.Error("AgentConn after Delete returned a connection")
+	}
+}
+
+// assertGone checks nothing of id is left on the host.
+func (s *suite) assertGone(t *testing.T, id string) {
+	t.Helper()
+	ctx := context.Background()
+	if st, err := s.d.Status(ctx, id); err != nil || st != runtime.StatusGone {
+		t.Errorf("Status after Delete = %q, %v; want gone", st, err)
+	}
+	if ids, err := s.d.List(ctx); err != nil || slices.Contains(ids, id) {
+		t.Errorf("List after Delete = %v, %v", ids, err)
+	}
+	if pids := pidsMentioning(id); len(pids) > 0 {
+		t.Errorf("processes mentioning %s remain: %v", id, pids)
+	}
+	if mounts := mountsMentioning(id, s.opts.RunDir); len(mounts) > 0 {
+		t.Errorf("mounts of %s remain: %v", id, mounts)
+	}
+	cgs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", s.opts.CgroupParent, id))
+	if len(cgs) > 0 {
+		t.Errorf("cgroups of %s remain: %v", id, cgs)
+	}
+	if s.opts.RunDir != "" {
+		if _, err := os.Lstat(filepath.Join(s.opts.RunDir, id)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("run dir of %s remains (%v)", id, err)
+		}
+	}
+}
+
+func pidsMentioning(id string) []string {
+	var pids []string
+	self := strconv.Itoa(os.Getpid())
+	paths, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		pid := filepath.Base(filepath.Dir(p))
+		if err != nil || pid == self || !strings.Contains(string(b), id) {
+			continue
+		}
+		if st, err := os.ReadFile(filepath.Join("/proc", pid, "stat")); err == nil {
+			if i := strings.LastIndexByte(string(st), ')'); i > 0 && i+2 < len(st) && st[i+2] == 'Z' {
+				continue // a zombie awaiting its parent's wait; holds nothing
+			}
+		}
+		pids = append(pids, pid+": "+strings.ReplaceAll(string(b), "\x00", " "))
+	}
+	return pids
+}
+
+func mountsMentioning(id, runDir string) []string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return []string{"cannot read mountinfo: " + err.Error()}
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		l := sc.Text()
+		if strings.Contains(l, id) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func (s *suite) testConcurrent(t *testing.T) {
+	const n = 3
+	boxes := make([]*box, n)
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := s.opts.NewID()
+			ctx, cancel := context.WithTimeout(context.Background(), s.opts.BootTimeout)
+			defer cancel()
+			sb, err := s.d.Start(ctx, s.spec(id))
+			if err != nil {
+				errs[i] = fmt.Errorf("Start %s: %w", id, err)
+				return
+			}
+			b := &box{id: id, sb: sb}
+			b.c = agentclient.New(func(ctx context.Context) (net.Conn, error) { return sb.AgentConn(ctx) })
+			boxes[i] = b
+			errs[i] = b.c.WaitReady(ctx)
+		}()
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		for _, b := range boxes {
+			if b == nil {
+				continue
+			}
+			b.c.Close()
+			b.sb.Close()
+			if err := s.d.Delete(context.Background(), b.id); err != nil {
+				t.Errorf("Delete %s: %v", b.id, err)
+			}
+			s.assertGone(t, b.id)
+		}
+	})
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, b := range boxes {
+		path := "/tmp/who"
+		if _, err := b.c.WriteFile(context.Background(), path, "", "", strings.NewReader(b.id)); err != nil {
+			t.Fatalf("sandbox %d: %v", i, err)
+		}
+	}
+	// Each sandbox sees its own file, not a neighbour's.
+	for _, b := range boxes {
+		if out := s.sh(t, b, "cat /tmp/who"); out != b.id {
+			t.Errorf("sandbox %s reads %q", b.id, out)
+		}
+	}
+}
+
+func (s *suite) testDeleteUnknown(t *testing.T) {
+	id := s.opts.NewID()
+	if err := s.d.Delete(context.Background(), id); err != nil {
+		t.Errorf("Delete of unknown id: %v", err)
+	}
+	if st, err := s.d.Status(context.Background(), id); err != nil || st != runtime.StatusGone {
+		t.Errorf("Status of unknown id = %q, %v; want gone", st, err)
+	}
+}
+
+func (s *suite) testBadRootFS(t *testing.T) {
+	tests := []struct {
+		name   string
+		rootfs string
+	}{
+		{"missing", filepath.Join(t.TempDir(), "does-not-exist")},
+		{"empty dir", t.TempDir()},
+		{"agent not executable", notExecutableRoot(t)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id := s.opts.NewID()
+			spec := s.spec(id)
+			spec.RootFS = tt.rootfs
+			ctx, cancel := context.WithTimeout(context.Background(), s.opts.BootTimeout)
+			defer cancel()
+			sb, err := s.d.Start(ctx, spec)
+			if err == nil {
+				// Some drivers only notice when the guest cannot run the
+				// agent; then the agent must never connect.
+				c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return sb.AgentConn(ctx) })
+				wctx, wcancel := context.WithTimeout(ctx, 3*time.Second)
+				werr := c.WaitReady(wctx)
+				wcancel()
+				c.Close()
+				sb.Close()
+				s.d.Delete(context.Background(), id)
+				if werr == nil {
+					t.Fatalf("a sandbox on root %s answered", tt.rootfs)
+				}
+				t.Logf("Start accepted root %s; the agent never came up", tt.rootfs)
+			}
+			s.assertGone(t, id)
+		})
+	}
+}
+
+// notExecutableRoot is a root filesystem whose agent is a text file.
+func notExecutableRoot(t *testing.T) string {
+	root := t.TempDir()
+	p := filepath.Join(root, "usr/local/bin/airlock-agent")
+	os.MkdirAll(filepath.Dir(p), 0o755)
+	os.WriteFile(p, []byte("not a program\n"), 0o755)
+	return root
+}

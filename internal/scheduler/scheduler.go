@@ -1,0 +1,120 @@
+// Package scheduler decides which worker a sandbox runs on. It is pure: the
+// caller passes the workers, their current load and the request, and gets a
+// worker ID or an error that says why no worker fits. It does no I/O, so the
+// controller can call it inside a reconcile and tests can table it.
+package scheduler
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/airlock/airlock/internal/model"
+)
+
+// Load is what a worker's sandboxes already reserve.
+type Load struct {
+	MemoryMiB int
+	VCPUs     int
+}
+
+// Request is what a sandbox needs from a worker.
+type Request struct {
+	Runtime        string
+	TemplateDigest string
+	Resources      model.Resources
+}
+
+// RequestFor returns the placement request of sb.
+func RequestFor(sb model.Sandbox) Request {
+	return Request{Runtime: sb.Runtime, TemplateDigest: sb.TemplateDigest, Resources: sb.Resources}
+}
+
+// Reserves reports whether a sandbox in state s holds resources on its
+// worker: every state that is not terminal and not yet placed.
+func Reserves(s model.SandboxState) bool {
+	return !s.Terminal() && s != model.StatePending
+}
+
+// LoadOf sums the resources reserved on each worker by sandboxes.
+func LoadOf(sandboxes []model.Sandbox) map[string]Load {
+	load := make(map[string]Load)
+	for _, sb := range sandboxes {
+		if sb.WorkerID == "" || !Reserves(sb.State) {
+			continue
+		}
+		l := load[sb.WorkerID]
+		l.MemoryMiB += sb.Resources.MemoryMiB
+		l.VCPUs += sb.Resources.VCPUs
+		load[sb.WorkerID] = l
+	}
+	return load
+}
+
+// Fresh reports whether w has sent a heartbeat within ttl of now.
+func Fresh(w model.Worker, now time.Time, ttl time.Duration) bool {
+	return !w.LastHeartbeat.IsZero() && now.Sub(w.LastHeartbeat) <= ttl
+}
+
+// Pick returns the worker that should run req: among workers with a fresh
+// heartbeat, the runtime, the template digest and enough free memory and
+// vCPUs (capacity minus load), the one with the most free memory (then most
+// free vCPUs, then lowest ID). When none fits the error wraps
+// model.ErrUnavailable and names the first filter that left no candidate.
+func Pick(workers []model.Worker, load map[string]Load, req Request, now time.Time, heartbeatTTL time.Duration) (string, error) {
+	type candidate struct {
+		id               string
+		freeMiB, freeCPU int
+	}
+	var live, withRuntime, withTemplate int
+	var fits []candidate
+	var best *candidate // most free memory among those with the template, for the message
+	for _, w := range workers {
+		if !Fresh(w, now, heartbeatTTL) {
+			continue
+		}
+		live++
+		if !slices.Contains(w.Runtimes, req.Runtime) {
+			continue
+		}
+		withRuntime++
+		if !slices.Contains(w.Templates, req.TemplateDigest) {
+			continue
+		}
+		withTemplate++
+		l := load[w.ID]
+		c := candidate{id: w.ID, freeMiB: w.CapacityMiB - l.MemoryMiB, freeCPU: w.CapacityVCPUs - l.VCPUs}
+		if best == nil || c.freeMiB > best.freeMiB {
+			best = &c
+		}
+		if c.freeMiB >= req.Resources.MemoryMiB && c.freeCPU >= req.Resources.VCPUs {
+			fits = append(fits, c)
+		}
+	}
+	switch {
+	case live == 0:
+		return "", model.Errorf(model.ErrUnavailable, "no live worker: none has sent a heartbeat in the last %s", heartbeatTTL)
+	case withRuntime == 0:
+		return "", model.Errorf(model.ErrUnavailable, "no live worker supports runtime %q", req.Runtime)
+	case withTemplate == 0:
+		return "", model.Errorf(model.ErrUnavailable, "no live worker with runtime %q has template %s", req.Runtime, req.TemplateDigest)
+	case len(fits) == 0:
+		return "", model.Errorf(model.ErrUnavailable,
+			"no worker has capacity for %d MiB and %d vCPUs (most free: %d MiB, %d vCPUs on worker %s)",
+			req.Resources.MemoryMiB, req.Resources.VCPUs, best.freeMiB, best.freeCPU, best.id)
+	}
+	slices.SortFunc(fits, func(a, b candidate) int {
+		if c := cmp.Compare(b.freeMiB, a.freeMiB); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(b.freeCPU, a.freeCPU); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.id, b.id)
+	})
+	return fits[0].id, nil
+}
+
+// String renders l for logs.
+func (l Load) String() string { return fmt.Sprintf("%d MiB, %d vCPUs", l.MemoryMiB, l.VCPUs) }

@@ -1,0 +1,100 @@
+package scheduler
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock/airlock/internal/model"
+)
+
+func TestPick(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	ttl := 15 * time.Second
+	fresh := now.Add(-time.Second)
+	stale := now.Add(-time.Minute)
+	w := func(id string, hb time.Time, mem, cpu int, templates ...string) model.Worker {
+		return model.Worker{ID: id, LastHeartbeat: hb, Runtimes: []string{"gvisor"}, Templates: templates, CapacityMiB: mem, CapacityVCPUs: cpu}
+	}
+	req := Request{Runtime: "gvisor", TemplateDigest: "sha256:a", Resources: model.Resources{VCPUs: 1, MemoryMiB: 512}}
+	tests := []struct {
+		name    string
+		workers []model.Worker
+		load    map[string]Load
+		req     Request
+		want    string
+		wantErr string // substring; empty means success
+	}{
+		{name: "no workers", req: req, wantErr: "no live worker: none has sent a heartbeat"},
+		{name: "only stale", workers: []model.Worker{w("w1", stale, 4096, 4, "sha256:a")}, req: req, wantErr: "no live worker: none has sent a heartbeat"},
+		{name: "never heartbeat", workers: []model.Worker{w("w1", time.Time{}, 4096, 4, "sha256:a")}, req: req, wantErr: "no live worker"},
+		{name: "runtime missing", workers: []model.Worker{w("w1", fresh, 4096, 4, "sha256:a")},
+			req: Request{Runtime: "qemu", TemplateDigest: "sha256:a"}, wantErr: `no live worker supports runtime "qemu"`},
+		{name: "template missing", workers: []model.Worker{w("w1", fresh, 4096, 4, "sha256:b")}, req: req, wantErr: "has template sha256:a"},
+		{name: "template only on stale worker", workers: []model.Worker{w("w1", fresh, 4096, 4, "sha256:b"), w("w2", stale, 4096, 4, "sha256:a")}, req: req, wantErr: "has template sha256:a"},
+		{name: "no memory", workers: []model.Worker{w("w1", fresh, 1024, 4, "sha256:a")}, load: map[string]Load{"w1": {MemoryMiB: 768}}, req: req,
+			wantErr: "no worker has capacity for 512 MiB and 1 vCPUs (most free: 256 MiB, 4 vCPUs on worker w1)"},
+		{name: "no vcpus", workers: []model.Worker{w("w1", fresh, 4096, 2, "sha256:a")}, load: map[string]Load{"w1": {VCPUs: 2}}, req: req, wantErr: "no worker has capacity"},
+		{name: "exact fit", workers: []model.Worker{w("w1", fresh, 1024, 2, "sha256:a")}, load: map[string]Load{"w1": {MemoryMiB: 512, VCPUs: 1}}, req: req, want: "w1"},
+		{name: "heartbeat exactly ttl old is fresh", workers: []model.Worker{w("w1", now.Add(-ttl), 1024, 2, "sha256:a")}, req: req, want: "w1"},
+		{name: "most free memory wins", workers: []model.Worker{
+			w("w1", fresh, 4096, 4, "sha256:a"), w("w2", fresh, 8192, 4, "sha256:a"), w("w3", fresh, 16384, 4, "sha256:b"),
+		}, req: req, want: "w2"},
+		{name: "load counts", workers: []model.Worker{
+			w("w1", fresh, 4096, 4, "sha256:a"), w("w2", fresh, 8192, 4, "sha256:a"),
+		}, load: map[string]Load{"w2": {MemoryMiB: 6000}}, req: req, want: "w1"},
+		{name: "tie broken by vcpus then id", workers: []model.Worker{
+			w("w3", fresh, 4096, 4, "sha256:a"), w("w2", fresh, 4096, 8, "sha256:a"), w("w1", fresh, 4096, 8, "sha256:a"),
+		}, req: req, want: "w1"},
+		{name: "stale worker skipped even if bigger", workers: []model.Worker{
+			w("w1", fresh, 1024, 4, "sha256:a"), w("w2", stale, 65536, 64, "sha256:a"),
+		}, req: req, want: "w1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Pick(tt.workers, tt.load, tt.req, now, ttl)
+			if tt.wantErr != "" {
+				if err == nil {
+					t.Fatalf("Pick = %q, want error containing %q", got, tt.wantErr)
+				}
+				if !errors.Is(err, model.ErrUnavailable) {
+					t.Errorf("error %v does not wrap model.ErrUnavailable", err)
+				}
+				if !strings.Contains(err.Error(), tt.wantErr) {
+					t.Errorf("error %q does not contain %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Pick: %v", err)
+			}
+			if got != tt.want {
+				t.Errorf("Pick = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestLoadOf(t *testing.T) {
+	r := model.Resources{VCPUs: 1, MemoryMiB: 256}
+	sbs := []model.Sandbox{
+		{ID: "a", WorkerID: "w1", State: model.StateRunning, Resources: r},
+		{ID: "b", WorkerID: "w1", State: model.StateStarting, Resources: r},
+		{ID: "c", WorkerID: "w1", State: model.StateDeleting, Resources: r},
+		{ID: "d", WorkerID: "w1", State: model.StateFailed, Resources: r},  // freed
+		{ID: "e", WorkerID: "w1", State: model.StateDeleted, Resources: r}, // freed
+		{ID: "f", WorkerID: "w2", State: model.StateRunning, Resources: r},
+		{ID: "g", State: model.StatePending, Resources: r}, // not placed
+	}
+	got := LoadOf(sbs)
+	want := map[string]Load{"w1": {MemoryMiB: 768, VCPUs: 3}, "w2": {MemoryMiB: 256, VCPUs: 1}}
+	if len(got) != len(want) {
+		t.Fatalf("LoadOf = %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("LoadOf[%s] = %v, want %v", k, got[k], v)
+		}
+	}
+}

@@ -1,0 +1,258 @@
+package service
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock/airlock/internal/model"
+)
+
+// The org every installation starts with. Admin keys of this org operate
+// the installation: they alone may create and list all orgs.
+const (
+	DefaultOrgID   = "org-default"
+	DefaultOrgName = "default"
+)
+
+// settingBootstrapKey records the hash of the admin key Bootstrap created,
+// so that it creates one only once per installation.
+const settingBootstrapKey = "bootstrap_admin_key_hash"
+
+// keyPrefix starts every API key secret; 40 lowercase hex characters follow.
+const keyPrefix = "al_"
+
+// Principal is an authenticated caller.
+type Principal struct {
+	OrgID string
+	KeyID string
+	Admin bool
+}
+
+// Operator reports whether p may administer the whole installation (an
+// admin key of the default org).
+func (p Principal) Operator() bool { return p.Admin && p.OrgID == DefaultOrgID }
+
+// HashKey returns the hex sha256 of an API key secret, as stored.
+func HashKey(secret string) string {
+	h := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(h[:])
+}
+
+func newSecret() string {
+	b := make([]byte, 20)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return keyPrefix + hex.EncodeToString(b)
+}
+
+func wellFormedKey(s string) bool {
+	if len(s) != len(keyPrefix)+40 || !strings.HasPrefix(s, keyPrefix) {
+		return false
+	}
+	for _, c := range s[len(keyPrefix):] {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// Authenticate resolves an API key secret (the bearer token) to its
+// principal and charges one request to the key's rate limit. Unknown or
+// malformed keys are model.ErrUnauthorized; an exhausted limit is a
+// *RateLimitError wrapping model.ErrRateLimited.
+func (s *Service) Authenticate(ctx context.Context, bearer string) (Principal, error) {
+	if bearer == "" {
+		return Principal{}, model.Errorf(model.ErrUnauthorized, "missing API key; send \"Authorization: Bearer al_…\"")
+	}
+	if !wellFormedKey(bearer) {
+		return Principal{}, model.Errorf(model.ErrUnauthorized, "invalid API key")
+	}
+	k, err := s.Store.GetAPIKeyByHash(ctx, HashKey(bearer))
+	if errors.Is(err, model.ErrNotFound) {
+		return Principal{}, model.Errorf(model.ErrUnauthorized, "invalid API key")
+	}
+	if err != nil {
+		return Principal{}, fmt.Errorf("look up API key: %w", err)
+	}
+	if err := s.limiter.allow(k.ID, s.rate(), s.burst(), s.now()); err != nil {
+		return Principal{}, err
+	}
+	return Principal{OrgID: k.OrgID, KeyID: k.ID, Admin: k.Admin}, nil
+}
+
+// Bootstrap makes sure the default org exists and, on the first call in an
+// installation, creates an admin key for it and returns its secret with
+// created=true. Later calls return created=false and no secret (the server
+// keeps only hashes).
+func (s *Service) Bootstrap(ctx context.Context) (adminSecret string, created bool, err error) {
+	if _, err := s.Store.GetOrg(ctx, DefaultOrgID); errors.Is(err, model.ErrNotFound) {
+		err := s.Store.CreateOrg(ctx, model.Org{ID: DefaultOrgID, Name: DefaultOrgName, CreatedAt: s.now()})
+		if err != nil && !errors.Is(err, model.ErrConflict) {
+			return "", false, fmt.Errorf("bootstrap: create default org: %w", err)
+		}
+	} else if err != nil {
+		return "", false, fmt.Errorf("bootstrap: get default org: %w", err)
+	}
+	secret := newSecret()
+	hash := HashKey(secret)
+	stored, err := s.Store.PutSettingIfAbsent(ctx, settingBootstrapKey, hash)
+	if err != nil {
+		return "", false, fmt.Errorf("bootstrap: record admin key: %w", err)
+	}
+	if stored != hash {
+		// Already bootstrapped. If the recorded key is missing (an earlier
+		// bootstrap stopped between the two writes), say so; callers mint
+		// a fresh admin key with CreateKey if they need one.
+		if _, err := s.Store.GetAPIKeyByHash(ctx, stored); errors.Is(err, model.ErrNotFound) {
+			s.logger().Warn("bootstrap: the recorded admin key does not exist; create one with an operator principal", "setting", settingBootstrapKey)
+		} else if err != nil {
+			return "", false, fmt.Errorf("bootstrap: check admin key: %w", err)
+		}
+		return "", false, nil
+	}
+	key := model.APIKey{
+		ID: NewID("key"), OrgID: DefaultOrgID, Name: "admin", Prefix: secret[:len(keyPrefix)+8],
+		Hash: hash, Admin: true, CreatedAt: s.now(),
+	}
+	if err := s.Store.CreateAPIKey(ctx, key); err != nil {
+		return "", false, fmt.Errorf("bootstrap: create admin key: %w", err)
+	}
+	return secret, true, nil
+}
+
+// CreateOrg creates an org. Only operators (admin keys of the default org)
+// may.
+func (s *Service) CreateOrg(ctx context.Context, p Principal, name string) (model.Org, error) {
+	if !p.Operator() {
+		return model.Org{}, model.Errorf(model.ErrForbidden, "creating orgs needs an admin key of the %q org", DefaultOrgName)
+	}
+	name = strings.TrimSpace(name)
+	if name == "" || len(name) > 128 {
+		return model.Org{}, model.Errorf(model.ErrUnprocessable, "org name must be 1 to 128 characters")
+	}
+	org := model.Org{ID: NewID("org"), Name: name, CreatedAt: s.now()}
+	if err := s.Store.CreateOrg(ctx, org); err != nil {
+		return model.Org{}, fmt.Errorf("create org: %w", err)
+	}
+	return org, nil
+}
+
+// ListOrgs lists every org for operators, and the caller's own org for other
+// admins.
+func (s *Service) ListOrgs(ctx context.Context, p Principal) ([]model.Org, error) {
+	if !p.Admin {
+		return nil, model.Errorf(model.ErrForbidden, "listing orgs needs an admin key")
+	}
+	if !p.Operator() {
+		org, err := s.Store.GetOrg(ctx, p.OrgID)
+		if err != nil {
+			return nil, fmt.Errorf("get org %s: %w", p.OrgID, err)
+		}
+		return []model.Org{org}, nil
+	}
+	orgs, err := s.Store.ListOrgs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list orgs: %w", err)
+	}
+	return orgs, nil
+}
+
+// CreateKey creates an API key in orgID and returns it with its secret,
+// which is not retrievable later. Admins may create keys in their own org;
+// operators in any org.
+func (s *Service) CreateKey(ctx context.Context, p Principal, orgID, name string, admin bool) (model.APIKey, string, error) {
+	if !p.Admin || (p.OrgID != orgID && !p.Operator()) {
+		return model.APIKey{}, "", model.Errorf(model.ErrForbidden, "creating keys in org %s needs an admin key of that org", orgID)
+	}
+	if len(name) > 128 {
+		return model.APIKey{}, "", model.Errorf(model.ErrUnprocessable, "key name must be at most 128 characters")
+	}
+	if _, err := s.Store.GetOrg(ctx, orgID); errors.Is(err, model.ErrNotFound) {
+		return model.APIKey{}, "", model.Errorf(model.ErrNotFound, "org %s not found", orgID)
+	} else if err != nil {
+		return model.APIKey{}, "", fmt.Errorf("get org %s: %w", orgID, err)
+	}
+	secret := newSecret()
+	key := model.APIKey{
+		ID: NewID("key"), OrgID: orgID, Name: name, Prefix: secret[:len(keyPrefix)+8],
+		Hash: HashKey(secret), Admin: admin, CreatedAt: s.now(),
+	}
+	if err := s.Store.CreateAPIKey(ctx, key); err != nil {
+		return model.APIKey{}, "", fmt.Errorf("create key: %w", err)
+	}
+	return key, secret, nil
+}
+
+func (s *Service) rate() float64 {
+	if s.RateLimit != 0 {
+		return s.RateLimit
+	}
+	return DefaultRateLimit
+}
+
+func (s *Service) burst() float64 {
+	if s.RateBurst > 0 {
+		return float64(s.RateBurst)
+	}
+	return DefaultRateBurst
+}
+
+// RateLimitError is returned when a key has used up its request budget.
+type RateLimitError struct {
+	KeyID      string
+	RetryAfter time.Duration
+}
+
+func (e *RateLimitError) Error() string {
+	return fmt.Sprintf("rate limit exceeded for API key %s; retry after %s", e.KeyID, e.RetryAfter)
+}
+
+func (e *RateLimitError) Unwrap() error { return model.ErrRateLimited }
+
+// limiter is a token bucket per API key, in memory (each server replica
+// limits on its own).
+type limiter struct {
+	mu      sync.Mutex
+	buckets map[string]*bucket
+}
+
+type bucket struct {
+	tokens float64
+	last   time.Time
+}
+
+func (l *limiter) allow(key string, rate, burst float64, now time.Time) error {
+	if rate < 0 {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.buckets == nil {
+		l.buckets = make(map[string]*bucket)
+	}
+	b, ok := l.buckets[key]
+	if !ok {
+		b = &bucket{tokens: burst, last: now}
+		l.buckets[key] = b
+	}
+	if el := now.Sub(b.last).Seconds(); el > 0 {
+		b.tokens = math.Min(burst, b.tokens+el*rate)
+		b.last = now
+	}
+	if b.tokens >= 1 {
+		b.tokens--
+		return nil
+	}
+	wait := time.Duration(math.Ceil((1-b.tokens)/rate)) * time.Second
+	return &RateLimitError{KeyID: key, RetryAfter: max(wait, time.Second)}
+}

@@ -1,0 +1,210 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/airlock/airlock/internal/agentapi"
+	"github.com/airlock/airlock/internal/api/apitypes"
+	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/token"
+)
+
+// SessionTTL is how long command and files tokens stay valid.
+const SessionTTL = time.Hour
+
+// Limits on command requests.
+const (
+	MaxArgs     = 4096
+	MaxCmdBytes = 256 << 10
+)
+
+// runningSandbox returns the caller's sandbox and the worker serving it, or
+// model.ErrConflict if it is not running.
+func (s *Service) runningSandbox(ctx context.Context, p Principal, id, what string) (model.Sandbox, model.Worker, error) {
+	sb, err := s.GetSandbox(ctx, p, id)
+	if err != nil {
+		return model.Sandbox{}, model.Worker{}, err
+	}
+	if sb.State != model.StateRunning || sb.DesiredState == model.StateDeleted {
+		state := string(sb.State)
+		if sb.State == model.StateRunning {
+			state = "being deleted"
+		}
+		return model.Sandbox{}, model.Worker{}, model.Errorf(model.ErrConflict, "sandbox %s is %s; %s need a running sandbox", id, state, what)
+	}
+	if sb.WorkerID == "" {
+		return model.Sandbox{}, model.Worker{}, model.Errorf(model.ErrUnavailable, "sandbox %s is running but has no worker; retry shortly", id)
+	}
+	w, err := s.Store.GetWorker(ctx, sb.WorkerID)
+	if errors.Is(err, model.ErrNotFound) {
+		return model.Sandbox{}, model.Worker{}, model.Errorf(model.ErrUnavailable, "worker %s of sandbox %s is not registered; retry shortly", sb.WorkerID, id)
+	}
+	if err != nil {
+		return model.Sandbox{}, model.Worker{}, fmt.Errorf("get worker %s: %w", sb.WorkerID, err)
+	}
+	if w.DataPlaneURL == "" {
+		return model.Sandbox{}, model.Worker{}, model.Errorf(model.ErrUnavailable, "worker %s has no data-plane URL", w.ID)
+	}
+	return sb, w, nil
+}
+
+// CreateCommand prepares a command session on a running sandbox: it returns
+// the command's id, the worker's WebSocket attach URL and a token carrying
+// the signed command spec. The process starts when the client first attaches.
+func (s *Service) CreateCommand(ctx context.Context, p Principal, sandboxID string, req apitypes.CreateCommandRequest) (apitypes.CommandSession, error) {
+	var argv []string
+	switch {
+	case req.Cmd != "" && len(req.Argv) > 0:
+		return apitypes.CommandSession{}, model.Errorf(model.ErrUnprocessable, "set either cmd or argv, not both")
+	case req.Cmd != "":
+		if len(req.Cmd) > MaxCmdBytes {
+			return apitypes.CommandSession{}, model.Errorf(model.ErrUnprocessable, "cmd is %d bytes; at most %d are allowed", len(req.Cmd), MaxCmdBytes)
+		}
+		argv = []string{"/bin/bash", "-lc", req.Cmd}
+	case len(req.Argv) > 0:
+		if len(req.Argv) > MaxArgs {
+			return apitypes.CommandSession{}, model.Errorf(model.ErrUnprocessable, "argv has %d elements; at most %d are allowed", len(req.Argv), MaxArgs)
+		}
+		if req.Argv[0] == "" {
+			return apitypes.CommandSession{}, model.Errorf(model.ErrUnprocessable, "argv[0] is empty; name the program to run")
+		}
+		argv = req.Argv
+	default:
+		return apitypes.CommandSession{}, model.Errorf(model.ErrUnprocessable, "set cmd (run by /bin/bash -lc) or argv")
+	}
+	for _, a := range argv {
+		if strings.ContainsRune(a, 0) {
+			return apitypes.CommandSession{}, model.Errorf(model.ErrUnprocessable, "argv contains NUL")
+		}
+	}
+	if err := validateEnv("env", req.Env); err != nil {
+		return apitypes.CommandSession{}, err
+	}
+	if req.TimeoutS < 0 {
+		return apitypes.CommandSession{}, model.Errorf(model.ErrUnprocessable, "timeout_s is %d; it must be 0 (no limit) or more", req.TimeoutS)
+	}
+	if strings.ContainsRune(req.Cwd, 0) || strings.ContainsRune(req.User, 0) {
+		return apitypes.CommandSession{}, model.Errorf(model.ErrUnprocessable, "cwd and user must not contain NUL")
+	}
+	sb, w, err := s.runningSandbox(ctx, p, sandboxID, "commands")
+	if err != nil {
+		return apitypes.CommandSession{}, err
+	}
+	spec := model.CommandSpec{
+		ID: NewID("cmd"), SandboxID: sb.ID, Argv: argv, Env: req.Env, Cwd: req.Cwd,
+		User: req.User, Stdin: req.Stdin, TimeoutS: req.TimeoutS,
+	}
+	exp := s.now().Add(SessionTTL).Truncate(time.Second)
+	tok, err := s.sign(ctx, token.Claims{SandboxID: sb.ID, OrgID: sb.OrgID, Scope: token.ScopeCommand, Command: &spec, Expires: exp.Unix()})
+	if err != nil {
+		return apitypes.CommandSession{}, err
+	}
+	attach, err := wsURL(w.DataPlaneURL, "/v1/sandboxes/"+sb.ID+"/commands/"+spec.ID+"/attach")
+	if err != nil {
+		return apitypes.CommandSession{}, err
+	}
+	s.touch(ctx, sb.ID)
+	return apitypes.CommandSession{ID: spec.ID, AttachURL: attach, Token: tok, ExpiresAt: exp}, nil
+}
+
+// ListCommands asks the sandbox's worker for the processes started in it.
+func (s *Service) ListCommands(ctx context.Context, p Principal, sandboxID string) ([]agentapi.ProcessInfo, error) {
+	sb, w, err := s.runningSandbox(ctx, p, sandboxID, "commands")
+	if err != nil {
+		return nil, err
+	}
+	tok, err := s.sign(ctx, token.Claims{SandboxID: sb.ID, OrgID: sb.OrgID, Scope: token.ScopeFiles, Expires: s.now().Add(time.Minute).Unix()})
+	if err != nil {
+		return nil, err
+	}
+	u := strings.TrimRight(w.DataPlaneURL, "/") + "/v1/sandboxes/" + sb.ID + "/commands"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, fmt.Errorf("list commands: build request: %w", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := s.httpClient().Do(req)
+	if err != nil {
+		return nil, model.Errorf(model.ErrUnavailable, "worker %s did not answer listing commands of %s: %v", w.ID, sb.ID, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, model.Errorf(model.ErrUnavailable, "read command list of %s from worker %s: %v", sb.ID, w.ID, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, model.Errorf(model.ErrUnavailable, "worker %s answered %s listing commands of %s: %s", w.ID, resp.Status, sb.ID, strings.TrimSpace(string(body[:min(len(body), 512)])))
+	}
+	// The worker answers {"commands":[…]}; a bare array is accepted too.
+	var out apitypes.ListCommandsResponse
+	if err := json.Unmarshal(body, &out); err != nil {
+		if err2 := json.Unmarshal(body, &out.Commands); err2 != nil {
+			return nil, fmt.Errorf("decode command list from worker %s: %w", w.ID, err)
+		}
+	}
+	if out.Commands == nil {
+		out.Commands = []agentapi.ProcessInfo{}
+	}
+	s.touch(ctx, sb.ID)
+	return out.Commands, nil
+}
+
+// FilesSession returns the data-plane URL for the sandbox's files and a
+// files-scoped token for it.
+func (s *Service) FilesSession(ctx context.Context, p Principal, sandboxID string) (apitypes.FilesSession, error) {
+	sb, w, err := s.runningSandbox(ctx, p, sandboxID, "file operations")
+	if err != nil {
+		return apitypes.FilesSession{}, err
+	}
+	exp := s.now().Add(SessionTTL).Truncate(time.Second)
+	tok, err := s.sign(ctx, token.Claims{SandboxID: sb.ID, OrgID: sb.OrgID, Scope: token.ScopeFiles, Expires: exp.Unix()})
+	if err != nil {
+		return apitypes.FilesSession{}, err
+	}
+	s.touch(ctx, sb.ID)
+	return apitypes.FilesSession{
+		URL:   strings.TrimRight(w.DataPlaneURL, "/") + "/v1/sandboxes/" + sb.ID + "/files",
+		Token: tok, ExpiresAt: exp,
+	}, nil
+}
+
+func (s *Service) sign(ctx context.Context, c token.Claims) (string, error) {
+	key, err := s.signingKey(ctx)
+	if err != nil {
+		return "", err
+	}
+	tok, err := token.Sign(key, c)
+	if err != nil {
+		return "", fmt.Errorf("sign %s token: %w", c.Scope, err)
+	}
+	return tok, nil
+}
+
+func (s *Service) touch(ctx context.Context, id string) {
+	if err := s.Store.TouchSandbox(ctx, id, s.now()); err != nil {
+		s.logger().Warn("touch sandbox", "sandbox", id, "err", err)
+	}
+}
+
+// wsURL turns an http(s) base URL into the ws(s) URL of path.
+func wsURL(base, path string) (string, error) {
+	u, err := url.Parse(strings.TrimRight(base, "/") + path)
+	if err != nil {
+		return "", fmt.Errorf("parse data-plane URL %q: %w", base, err)
+	}
+	switch u.Scheme {
+	case "http":
+		u.Scheme = "ws"
+	case "https":
+		u.Scheme = "wss"
+	}
+	return u.String(), nil
+}

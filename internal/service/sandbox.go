@@ -1,0 +1,354 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/airlock/airlock/internal/api/apitypes"
+	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/store"
+)
+
+// Limits on create requests.
+const (
+	DefaultTemplate     = "base"
+	DefaultVCPUs        = 1
+	DefaultMemoryMiB    = 512
+	MinVCPUs, MaxVCPUs  = 1, 8
+	MinMemoryMiB        = 128
+	MaxMemoryMiB        = 16384
+	MaxMetadataPairs    = 64
+	MaxMetadataValue    = 1024
+	MaxKeyLen           = 256
+	MaxIdempotencyKey   = 255
+	MaxListLimit        = 1000
+	DefaultListLimit    = 100
+	MaxWait             = 60 * time.Second
+	maxUpdateRetries    = 8
+	digestPrefix        = "sha256:"
+	digestHexLen        = 64
+	defaultTemplateTag  = "latest"
+	templateListingHint = "GET /v1/templates lists them"
+)
+
+// CreateSandbox validates req, records a pending sandbox that should be
+// running and the create operation that tracks it, and wakes the
+// controllers. A repeated idempotencyKey (per org) returns the sandbox and
+// operation of the first call and writes nothing.
+func (s *Service) CreateSandbox(ctx context.Context, p Principal, req apitypes.CreateSandboxRequest, idempotencyKey string) (model.Sandbox, model.Operation, error) {
+	if len(idempotencyKey) > MaxIdempotencyKey {
+		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "Idempotency-Key is longer than %d characters", MaxIdempotencyKey)
+	}
+	tpl, ref, err := s.resolveTemplate(ctx, req.Template)
+	if err != nil {
+		return model.Sandbox{}, model.Operation{}, err
+	}
+	res := req.Resources
+	if res.VCPUs == 0 {
+		res.VCPUs = DefaultVCPUs
+	}
+	if res.MemoryMiB == 0 {
+		res.MemoryMiB = DefaultMemoryMiB
+	}
+	if res.VCPUs < MinVCPUs || res.VCPUs > MaxVCPUs {
+		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "resources.vcpus is %d; it must be between %d and %d", res.VCPUs, MinVCPUs, MaxVCPUs)
+	}
+	if res.MemoryMiB < MinMemoryMiB || res.MemoryMiB > MaxMemoryMiB {
+		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "resources.memory_mib is %d; it must be between %d and %d", res.MemoryMiB, MinMemoryMiB, MaxMemoryMiB)
+	}
+	if err := validateEnv("env", req.Env); err != nil {
+		return model.Sandbox{}, model.Operation{}, err
+	}
+	if err := validateMetadata(req.Metadata); err != nil {
+		return model.Sandbox{}, model.Operation{}, err
+	}
+	if req.TimeoutS < 0 {
+		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "timeout_s is %d; it must be 0 (no expiry) or more", req.TimeoutS)
+	}
+	rt := req.Runtime
+	if rt == "" {
+		rt = s.runtime()
+	}
+	if rt != DefaultRuntime {
+		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "runtime %q is not available; use %q", req.Runtime, DefaultRuntime)
+	}
+
+	now := s.now()
+	sb := model.Sandbox{
+		ID: NewID("sb"), OrgID: p.OrgID, Template: ref, TemplateDigest: tpl.Digest, Runtime: rt,
+		State: model.StatePending, DesiredState: model.StateRunning,
+		Env: req.Env, Metadata: req.Metadata, Resources: res, TimeoutS: req.TimeoutS,
+		CreatedAt: now, UpdatedAt: now, LastActivityAt: now,
+	}
+	if req.TimeoutS > 0 {
+		exp := now.Add(time.Duration(req.TimeoutS) * time.Second)
+		sb.ExpiresAt = &exp
+	}
+	op := model.Operation{
+		ID: NewID("op"), OrgID: p.OrgID, SandboxID: sb.ID, Kind: model.OpCreate, State: model.OpPending,
+		Target: model.StateRunning, CreatedAt: now, UpdatedAt: now, Deadline: now.Add(s.deadline()),
+	}
+	sb, op, existed, err := s.Store.CreateSandbox(ctx, sb, op, idempotencyKey)
+	if err != nil {
+		return model.Sandbox{}, model.Operation{}, fmt.Errorf("create sandbox: %w", err)
+	}
+	if existed {
+		// Return the current state of the first request's pair.
+		if cur, err := s.Store.GetSandbox(ctx, sb.ID); err == nil {
+			sb = cur
+		}
+		if cur, err := s.Store.GetOperation(ctx, op.ID); err == nil {
+			op = cur
+		}
+		return sb, op, nil
+	}
+	s.publish(ctx, &sb, &op)
+	s.kick()
+	return sb, op, nil
+}
+
+// publish appends events for a change that is already stored. A failure
+// is logged, not returned: the write happened, and failing the request
+// would make clients retry it.
+func (s *Service) publish(ctx context.Context, sb *model.Sandbox, op *model.Operation) {
+	if s.Events == nil {
+		return
+	}
+	if sb != nil {
+		if err := s.Events.Sandbox(ctx, *sb); err != nil {
+			s.logger().Warn("append sandbox event", "sandbox", sb.ID, "err", err)
+		}
+	}
+	if op != nil {
+		if err := s.Events.Operation(ctx, *op); err != nil {
+			s.logger().Warn("append operation event", "operation", op.ID, "err", err)
+		}
+	}
+}
+
+// resolveTemplate accepts "name", "name:tag" (tag defaults to "latest") or
+// "sha256:<64 hex>" and returns the template and the reference to record.
+func (s *Service) resolveTemplate(ctx context.Context, ref string) (model.Template, string, error) {
+	if ref == "" {
+		ref = DefaultTemplate
+	}
+	var (
+		t   model.Template
+		err error
+	)
+	if strings.HasPrefix(ref, digestPrefix) {
+		hexPart := ref[len(digestPrefix):]
+		if len(hexPart) != digestHexLen || strings.Trim(hexPart, "0123456789abcdef") != "" {
+			return model.Template{}, "", model.Errorf(model.ErrUnprocessable, "template %q is not a valid digest (sha256: and 64 lowercase hex characters)", ref)
+		}
+		t, err = s.Store.GetTemplateByDigest(ctx, ref)
+	} else {
+		name, tag, _ := strings.Cut(ref, ":")
+		if tag == "" {
+			tag = defaultTemplateTag
+		}
+		if name == "" || strings.ContainsAny(name, " /\\@") || strings.Contains(tag, ":") {
+			return model.Template{}, "", model.Errorf(model.ErrUnprocessable, "template %q is not a valid reference; use name, name:tag or sha256:<digest>", ref)
+		}
+		t, err = s.Store.GetTemplate(ctx, name, tag)
+	}
+	if errors.Is(err, model.ErrNotFound) {
+		return model.Template{}, "", model.Errorf(model.ErrUnprocessable, "template %q not found; %s", ref, templateListingHint)
+	}
+	if err != nil {
+		return model.Template{}, "", fmt.Errorf("resolve template %q: %w", ref, err)
+	}
+	return t, ref, nil
+}
+
+func validateEnv(field string, env map[string]string) error {
+	for k, v := range env {
+		if k == "" || len(k) > MaxKeyLen || strings.ContainsAny(k, "=\x00") {
+			return model.Errorf(model.ErrUnprocessable, "%s key %q is invalid; keys must be 1 to %d characters without '=' or NUL", field, k, MaxKeyLen)
+		}
+		if strings.ContainsRune(v, 0) {
+			return model.Errorf(model.ErrUnprocessable, "%s value of %q contains NUL", field, k)
+		}
+	}
+	return nil
+}
+
+func validateMetadata(md map[string]string) error {
+	if len(md) > MaxMetadataPairs {
+		return model.Errorf(model.ErrUnprocessable, "metadata has %d pairs; at most %d are allowed", len(md), MaxMetadataPairs)
+	}
+	for k, v := range md {
+		if k == "" || len(k) > MaxKeyLen {
+			return model.Errorf(model.ErrUnprocessable, "metadata key %q is invalid; keys must be 1 to %d characters", k, MaxKeyLen)
+		}
+		if len(v) > MaxMetadataValue {
+			return model.Errorf(model.ErrUnprocessable, "metadata value of %q is %d bytes; at most %d are allowed", k, len(v), MaxMetadataValue)
+		}
+	}
+	return nil
+}
+
+// GetSandbox returns the caller's sandbox. Another org's sandbox is
+// reported as not found, so that ids reveal nothing across orgs.
+func (s *Service) GetSandbox(ctx context.Context, p Principal, id string) (model.Sandbox, error) {
+	sb, err := s.Store.GetSandbox(ctx, id)
+	if errors.Is(err, model.ErrNotFound) || err == nil && sb.OrgID != p.OrgID {
+		return model.Sandbox{}, model.Errorf(model.ErrNotFound, "sandbox %s not found", id)
+	}
+	if err != nil {
+		return model.Sandbox{}, fmt.Errorf("get sandbox %s: %w", id, err)
+	}
+	return sb, nil
+}
+
+// ListSandboxes returns one page of the caller's sandboxes and the cursor of
+// the next page ("" on the last). Deleted sandboxes are listed only when
+// f.States asks for them.
+func (s *Service) ListSandboxes(ctx context.Context, p Principal, f apitypes.SandboxFilter) ([]model.Sandbox, string, error) {
+	if f.Limit < 0 || f.Limit > MaxListLimit {
+		return nil, "", model.Errorf(model.ErrUnprocessable, "limit is %d; it must be between 1 and %d", f.Limit, MaxListLimit)
+	}
+	if f.Limit == 0 {
+		f.Limit = DefaultListLimit
+	}
+	sf := store.SandboxFilter{OrgID: p.OrgID, States: f.States, Metadata: f.Metadata, Cursor: f.Cursor, Limit: f.Limit}
+	for _, st := range f.States {
+		if !st.Valid() {
+			return nil, "", model.Errorf(model.ErrUnprocessable, "unknown state %q", st)
+		}
+		if st == model.StateDeleted {
+			sf.IncludeDeleted = true
+		}
+	}
+	sbs, next, err := s.Store.ListSandboxes(ctx, sf)
+	if errors.Is(err, model.ErrInvalid) {
+		return nil, "", model.Errorf(model.ErrUnprocessable, "cursor %q is invalid; pass next_cursor from the previous page", f.Cursor)
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("list sandboxes: %w", err)
+	}
+	if sbs == nil {
+		sbs = []model.Sandbox{}
+	}
+	return sbs, next, nil
+}
+
+// DeleteSandbox asks for the sandbox to be deleted and returns the delete
+// operation. While a delete is in progress, calling again returns the same
+// operation. A sandbox already deleted is not found.
+func (s *Service) DeleteSandbox(ctx context.Context, p Principal, id string) (model.Operation, error) {
+	for range maxUpdateRetries {
+		sb, err := s.GetSandbox(ctx, p, id)
+		if err != nil {
+			return model.Operation{}, err
+		}
+		if sb.State == model.StateDeleted {
+			return model.Operation{}, model.Errorf(model.ErrNotFound, "sandbox %s not found", id)
+		}
+		open, err := s.Store.ListOperations(ctx, store.OperationFilter{SandboxID: id, Open: true})
+		if err != nil {
+			return model.Operation{}, fmt.Errorf("list operations of %s: %w", id, err)
+		}
+		for _, op := range open {
+			if op.Kind == model.OpDelete && !op.State.Done() {
+				return op, nil
+			}
+		}
+		if sb.DesiredState != model.StateDeleted {
+			sb.DesiredState = model.StateDeleted
+			updated, err := s.Store.UpdateSandbox(ctx, sb)
+			if errors.Is(err, model.ErrConflict) {
+				continue // someone else wrote; re-read and decide again
+			}
+			if err != nil {
+				return model.Operation{}, fmt.Errorf("mark sandbox %s for deletion: %w", id, err)
+			}
+			sb = updated
+		}
+		now := s.now()
+		op := model.Operation{
+			ID: NewID("op"), OrgID: p.OrgID, SandboxID: id, Kind: model.OpDelete, State: model.OpPending,
+			Target: model.StateDeleted, CreatedAt: now, UpdatedAt: now, Deadline: now.Add(s.deadline()),
+		}
+		if err := s.Store.CreateOperation(ctx, op); err != nil {
+			return model.Operation{}, fmt.Errorf("create delete operation for %s: %w", id, err)
+		}
+		s.publish(ctx, &sb, &op)
+		s.kick()
+		return op, nil
+	}
+	return model.Operation{}, model.Errorf(model.ErrConflict, "sandbox %s is changing too fast to delete; retry", id)
+}
+
+// GetOperation returns the caller's operation.
+func (s *Service) GetOperation(ctx context.Context, p Principal, id string) (model.Operation, error) {
+	op, err := s.Store.GetOperation(ctx, id)
+	if errors.Is(err, model.ErrNotFound) || err == nil && op.OrgID != p.OrgID {
+		return model.Operation{}, model.Errorf(model.ErrNotFound, "operation %s not found", id)
+	}
+	if err != nil {
+		return model.Operation{}, fmt.Errorf("get operation %s: %w", id, err)
+	}
+	return op, nil
+}
+
+// WaitOperation returns the operation once it is done or d (at most MaxWait)
+// has passed, whichever is first; the caller checks State.Done().
+func (s *Service) WaitOperation(ctx context.Context, p Principal, id string, d time.Duration) (model.Operation, error) {
+	d = min(max(d, 0), MaxWait)
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		var changed <-chan struct{}
+		if s.Events != nil {
+			changed = s.Events.Changed() // before the read, so no change is missed
+		}
+		op, err := s.GetOperation(ctx, p, id)
+		if err != nil || op.State.Done() {
+			return op, err
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return op, nil
+		case <-ctx.Done():
+			return op, nil
+		}
+	}
+}
+
+// ListEvents returns the caller's events after seq, oldest first, at most
+// limit; sandboxID (optional) narrows to one sandbox, which must be the
+// caller's.
+func (s *Service) ListEvents(ctx context.Context, p Principal, sandboxID string, after int64, limit int) ([]model.Event, error) {
+	evs, err := s.Store.ListEvents(ctx, p.OrgID, sandboxID, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
+	sort.Slice(evs, func(i, j int) bool { return evs[i].Seq < evs[j].Seq })
+	return evs, nil
+}
+
+// EventsChanged returns a channel closed when new events may exist.
+func (s *Service) EventsChanged() <-chan struct{} {
+	if s.Events == nil {
+		return nil
+	}
+	return s.Events.Changed()
+}
+
+// ListTemplates returns every template.
+func (s *Service) ListTemplates(ctx context.Context, p Principal) ([]model.Template, error) {
+	ts, err := s.Store.ListTemplates(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list templates: %w", err)
+	}
+	if ts == nil {
+		ts = []model.Template{}
+	}
+	return ts, nil
+}

@@ -1,0 +1,209 @@
+// Package service holds Airlock's transport-free operations: authentication
+// and authorization, validation, desired-state writes (sandboxes and their
+// operations), command and file session tokens. The REST adapter
+// (internal/api) and the E2B adapter translate HTTP to these calls and
+// model's sentinel errors back to wire codes; nothing here knows HTTP status
+// codes. The service never drives a sandbox itself: it records what the user
+// wants, appends events and kicks the controllers.
+package service
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/base64"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/airlock/airlock/internal/events"
+	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/store"
+)
+
+// SettingSigningKey is the store setting holding the base64 data-plane HMAC key.
+const SettingSigningKey = "dataplane_signing_key"
+
+// DefaultRuntime is the runtime sandboxes get when the request names none.
+const DefaultRuntime = "gvisor"
+
+// Default per-key rate limit.
+const (
+	DefaultRateLimit = 100 // requests per second
+	DefaultRateBurst = 200
+)
+
+// Service is the set of operations the adapters call. Store and Events are
+// required; every other field has a working default, so a Service literal
+// with just those two is usable. Fields must not change after first use.
+type Service struct {
+	Store  store.Store
+	Events *events.Log
+
+	// Kick wakes the controllers after a desired-state change (nil: no-op).
+	Kick func()
+	// SigningKey returns the data-plane HMAC key (nil: StoreSigningKey(Store)).
+	SigningKey func(ctx context.Context) ([]byte, error)
+	// Ready reports whether the system can run sandboxes (nil: WorkersReady).
+	Ready func(ctx context.Context) error
+	// Logger receives internal errors (nil: slog.Default()).
+	Logger *slog.Logger
+	// DefaultRuntime is used when a create request names none ("": "gvisor").
+	DefaultRuntime string
+	// OperationDeadline bounds every operation (0: model.DefaultOperationDeadline).
+	OperationDeadline time.Duration
+	// HTTPClient calls workers' data planes (nil: a client with a 30 s timeout).
+	HTTPClient *http.Client
+	// RateLimit is each API key's sustained request rate per second and
+	// RateBurst its bucket size (0: DefaultRateLimit, DefaultRateBurst;
+	// RateLimit < 0 disables limiting).
+	RateLimit float64
+	RateBurst int
+	// Now returns the current time (nil: time.Now).
+	Now func() time.Time
+
+	limiter limiter
+	keyOnce sync.Once
+	keyFn   func(ctx context.Context) ([]byte, error)
+}
+
+// WorkerHeartbeatTTL is how recent a worker's heartbeat must be for
+// WorkersReady to count it.
+const WorkerHeartbeatTTL = 30 * time.Second
+
+func (s *Service) now() time.Time {
+	if s.Now != nil {
+		return s.Now().UTC()
+	}
+	return time.Now().UTC()
+}
+
+func (s *Service) logger() *slog.Logger {
+	if s.Logger != nil {
+		return s.Logger
+	}
+	return slog.Default()
+}
+
+func (s *Service) kick() {
+	if s.Kick != nil {
+		s.Kick()
+	}
+}
+
+func (s *Service) deadline() time.Duration {
+	if s.OperationDeadline > 0 {
+		return s.OperationDeadline
+	}
+	return model.DefaultOperationDeadline
+}
+
+func (s *Service) runtime() string {
+	if s.DefaultRuntime != "" {
+		return s.DefaultRuntime
+	}
+	return DefaultRuntime
+}
+
+var defaultHTTPClient = &http.Client{Timeout: 30 * time.Second}
+
+func (s *Service) httpClient() *http.Client {
+	if s.HTTPClient != nil {
+		return s.HTTPClient
+	}
+	return defaultHTTPClient
+}
+
+func (s *Service) signingKey(ctx context.Context) ([]byte, error) {
+	s.keyOnce.Do(func() {
+		s.keyFn = s.SigningKey
+		if s.keyFn == nil {
+			s.keyFn = StoreSigningKey(s.Store)
+		}
+	})
+	key, err := s.keyFn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("load data-plane signing key: %w", err)
+	}
+	return key, nil
+}
+
+// CheckReady reports whether the system can run sandboxes: nil, or an error
+// wrapping model.ErrUnavailable that says why.
+func (s *Service) CheckReady(ctx context.Context) error {
+	ready := s.Ready
+	if ready == nil {
+		ready = WorkersReady(s.Store, s.now)
+	}
+	if err := ready(ctx); err != nil {
+		return err
+	}
+	return nil
+}
+
+// StoreSigningKey returns a SigningKey func that reads the data-plane HMAC
+// key from the store setting SettingSigningKey, creating it on first use.
+// The key never changes once stored, so it is cached after the first read.
+func StoreSigningKey(st store.Store) func(ctx context.Context) ([]byte, error) {
+	var (
+		mu  sync.Mutex
+		key []byte
+	)
+	return func(ctx context.Context) ([]byte, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if key != nil {
+			return key, nil
+		}
+		v, err := st.PutSettingIfAbsent(ctx, SettingSigningKey, base64.StdEncoding.EncodeToString(newKey()))
+		if err != nil {
+			return nil, fmt.Errorf("store signing key setting: %w", err)
+		}
+		k, err := base64.StdEncoding.DecodeString(v)
+		if err != nil || len(k) == 0 {
+			return nil, fmt.Errorf("decode signing key setting %q: not base64", SettingSigningKey)
+		}
+		key = k
+		return key, nil
+	}
+}
+
+func newKey() []byte {
+	k := make([]byte, 32)
+	if _, err := rand.Read(k); err != nil {
+		panic(err)
+	}
+	return k
+}
+
+// WorkersReady returns a Ready func that is satisfied when at least one
+// worker has sent a heartbeat within WorkerHeartbeatTTL.
+func WorkersReady(st store.Store, now func() time.Time) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		ws, err := st.ListWorkers(ctx)
+		if err != nil {
+			return model.Errorf(model.ErrUnavailable, "list workers: %v", err)
+		}
+		for _, w := range ws {
+			if now().Sub(w.LastHeartbeat) < WorkerHeartbeatTTL {
+				return nil
+			}
+		}
+		return model.Errorf(model.ErrUnavailable, "no worker has sent a heartbeat in the last %s; start one with `airlock worker` (or use `airlock up`)", WorkerHeartbeatTTL)
+	}
+}
+
+var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// NewID returns prefix + "-" + 26 lowercase base32 characters (128 random
+// bits). Every id of one kind has the same length, which runsc needs (it
+// matches container ids by prefix).
+func NewID(prefix string) string {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return prefix + "-" + idEncoding.EncodeToString(b)
+}

@@ -1,0 +1,294 @@
+package setup
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// testCacheDir is shared by every test run on the machine so the Debian
+// layer is debootstrapped once.
+const testCacheDir = "/var/tmp/airlock-test-cache"
+
+// buildStatic compiles a tiny static Go program printing msg.
+func buildStatic(t *testing.T, msg string) string {
+	t.Helper()
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("needs the go command to build a static test binary")
+	}
+	src := t.TempDir()
+	os.WriteFile(filepath.Join(src, "go.mod"), []byte("module hello\ngo 1.26\n"), 0o644)
+	os.WriteFile(filepath.Join(src, "main.go"), []byte("package main\nfunc main() { println(\""+msg+"\") }\n"), 0o644)
+	out := filepath.Join(t.TempDir(), "hello")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", out, ".")
+	cmd.Dir = src
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build static binary: %v\n%s", err, b)
+	}
+	return out
+}
+
+func writeTree(t *testing.T, root string) {
+	t.Helper()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(root, "etc/sub"), 0o755))
+	must(os.WriteFile(filepath.Join(root, "etc/a"), []byte("alpha\n"), 0o644))
+	must(os.WriteFile(filepath.Join(root, "etc/sub/b"), []byte("beta\n"), 0o600))
+	must(os.Symlink("../etc/a", filepath.Join(root, "etc/link")))
+	must(os.Link(filepath.Join(root, "etc/a"), filepath.Join(root, "etc/hard")))
+}
+
+func TestDigest(t *testing.T) {
+	tests := []struct {
+		name    string
+		change  func(root string) error
+		changes bool
+	}{
+		{"recomputed", func(string) error { return nil }, false},
+		{"mtime only", func(r string) error {
+			return os.Chtimes(filepath.Join(r, "etc/a"), time.Unix(1, 0), time.Unix(1, 0))
+		}, false},
+		{"content", func(r string) error { return os.WriteFile(filepath.Join(r, "etc/sub/b"), []byte("gamma\n"), 0o600) }, true},
+		{"same size content", func(r string) error { return os.WriteFile(filepath.Join(r, "etc/sub/b"), []byte("betA\n"), 0o600) }, true},
+		{"mode", func(r string) error { return os.Chmod(filepath.Join(r, "etc/a"), 0o755) }, true},
+		{"owner", func(r string) error { return os.Lchown(filepath.Join(r, "etc/a"), 1000, 1000) }, true},
+		{"symlink target", func(r string) error {
+			os.Remove(filepath.Join(r, "etc/link"))
+			return os.Symlink("../etc/hard", filepath.Join(r, "etc/link"))
+		}, true},
+		{"new empty dir", func(r string) error { return os.Mkdir(filepath.Join(r, "opt"), 0o755) }, true},
+		{"removed file", func(r string) error { return os.Remove(filepath.Join(r, "etc/hard")) }, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.name == "owner" && os.Geteuid() != 0 {
+				t.Skip("chown needs root")
+			}
+			root := t.TempDir()
+			writeTree(t, root)
+			before, size, err := Digest(root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasPrefix(before, "sha256:") || len(before) != len("sha256:")+64 {
+				t.Fatalf("digest %q is not sha256:<hex>", before)
+			}
+			if size != int64(len("alpha\n")*2+len("beta\n")) {
+				t.Errorf("size = %d", size)
+			}
+			if err := tt.change(root); err != nil {
+				t.Fatal(err)
+			}
+			after, _, err := Digest(root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (before != after) != tt.changes {
+				t.Errorf("digest changed = %v, want %v (%s → %s)", before != after, tt.changes, before, after)
+			}
+		})
+	}
+}
+
+func TestDigestSameTreeTwoPlaces(t *testing.T) {
+	a, b := t.TempDir(), t.TempDir()
+	writeTree(t, a)
+	time.Sleep(10 * time.Millisecond) // different mtimes; not a timing assertion
+	writeTree(t, b)
+	da, _, err := Digest(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, _, err := Digest(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if da != db {
+		t.Errorf("same content, different digests: %s, %s", da, db)
+	}
+}
+
+func TestEnsureRunscReuse(t *testing.T) {
+	static := buildStatic(t, "runsc")
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "bin"), 0o755)
+	b, _ := os.ReadFile(static)
+	os.WriteFile(filepath.Join(dir, "bin/runsc"), b, 0o755)
+
+	t.Setenv(RunscEnv, "")
+	t.Setenv("PATH", "") // a rebuild would need go and fail
+
+	t.Run("stale marker needs go", func(t *testing.T) {
+		os.WriteFile(filepath.Join(dir, "bin/runsc.version"), []byte(RunscModule+"@v0.0.0-old\n"), 0o644)
+		_, err := EnsureRunsc(context.Background(), dir, nil)
+		if err == nil || !strings.Contains(err.Error(), "install Go 1.26") {
+			t.Fatalf("err = %v, want a hint to install Go", err)
+		}
+	})
+	t.Run("current marker is reused", func(t *testing.T) {
+		os.WriteFile(filepath.Join(dir, "bin/runsc.version"), []byte(RunscModule+"@"+RunscVersion+"\n"), 0o644)
+		var progress bytes.Buffer
+		p, err := EnsureRunsc(context.Background(), dir, &progress)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p != filepath.Join(dir, "bin/runsc") {
+			t.Errorf("path = %s", p)
+		}
+		if progress.Len() != 0 {
+			t.Errorf("reuse printed progress: %q", progress.String())
+		}
+	})
+	t.Run("env override static", func(t *testing.T) {
+		t.Setenv(RunscEnv, static)
+		p, err := EnsureRunsc(context.Background(), t.TempDir(), nil)
+		if err != nil || p != static {
+			t.Fatalf("EnsureRunsc = %q, %v; want %q", p, err, static)
+		}
+	})
+	t.Run("env override dynamic", func(t *testing.T) {
+		t.Setenv(RunscEnv, "/bin/ls") // Debian's ls has an ELF interpreter
+		_, err := EnsureRunsc(context.Background(), t.TempDir(), nil)
+		if !errors.Is(err, errDynamic) {
+			t.Fatalf("err = %v, want errDynamic", err)
+		}
+	})
+}
+
+// TestEnsureRunscBuild really builds the pinned runsc from the Go module
+// proxy (about a minute; skipped with -short).
+func TestEnsureRunscBuild(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds runsc from the module proxy; skipped with -short")
+	}
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("needs the go command")
+	}
+	t.Setenv(RunscEnv, "")
+	dir := t.TempDir()
+	var progress bytes.Buffer
+	p, err := EnsureRunsc(context.Background(), dir, &progress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkStatic(p); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(p, "--version").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "spec:") {
+		t.Fatalf("runsc --version: %v: %s", err, out)
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, ".runsc-build-*")); len(m) > 0 {
+		t.Errorf("build dirs left behind: %v", m)
+	}
+	t.Logf("progress:\n%s", progress.String())
+}
+
+func TestEnsureBaseTemplate(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (debootstrap, chown)")
+	}
+	agentA := buildStatic(t, "agent A")
+	ctx := context.Background()
+	var progress bytes.Buffer
+	t1, root1, _, err := ensureBaseTemplate(ctx, testCacheDir, agentA, &progress)
+	if err != nil {
+		t.Fatalf("first: %v\nprogress:\n%s", err, progress.String())
+	}
+	t.Logf("progress:\n%s", progress.String())
+	layerDone := filepath.Join(testCacheDir, "cache", layerName+".done")
+	doneBefore, err := os.Stat(layerDone)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("fast path", func(t *testing.T) {
+		t2, root2, built, err := ensureBaseTemplate(ctx, testCacheDir, agentA, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if built {
+			t.Error("second call rebuilt the template")
+		}
+		if t2 != t1 || root2 != root1 {
+			t.Errorf("second call = %+v %s, want %+v %s", t2, root2, t1, root1)
+		}
+	})
+	t.Run("contents", func(t *testing.T) {
+		if t1.Name != "base" || t1.Tag != "latest" || t1.SizeBytes < 100<<20 {
+			t.Errorf("template = %+v", t1)
+		}
+		if root1 != TemplateRootFS(testCacheDir, t1.Digest) {
+			t.Errorf("rootfs %s != TemplateRootFS %s", root1, TemplateRootFS(testCacheDir, t1.Digest))
+		}
+		agent := filepath.Join(root1, guestAgentPath)
+		fi, err := os.Stat(agent)
+		if err != nil || fi.Mode().Perm() != 0o755 {
+			t.Fatalf("agent in template: %v %v", fi, err)
+		}
+		a, _ := os.ReadFile(agentA)
+		g, _ := os.ReadFile(agent)
+		if !bytes.Equal(a, g) {
+			t.Error("agent in template differs from the source")
+		}
+		passwd, _ := os.ReadFile(filepath.Join(root1, "etc/passwd"))
+		if !strings.Contains(string(passwd), "\nuser:x:1000:1000::/home/user:/bin/bash\n") {
+			t.Errorf("no default user in passwd:\n%s", passwd)
+		}
+		for _, bin := range []string{"bin/bash", "usr/bin/python3", "usr/bin/git", "usr/bin/curl", "bin/ps"} {
+			if _, err := os.Stat(filepath.Join(root1, bin)); err != nil {
+				t.Errorf("template lacks %s: %v", bin, err)
+			}
+		}
+		if m, _ := filepath.Glob(filepath.Join(root1, "var/cache/apt/archives/*.deb")); len(m) > 0 {
+			t.Errorf("apt archives not stripped: %d debs", len(m))
+		}
+		if m, _ := filepath.Glob(filepath.Join(root1, "var/lib/apt/lists/*_Packages")); len(m) > 0 {
+			t.Errorf("apt lists not stripped: %v", m)
+		}
+		d, _, err := Digest(root1)
+		if err != nil || d != t1.Digest {
+			t.Errorf("recomputed digest %s (%v), stored %s", d, err, t1.Digest)
+		}
+	})
+	t.Run("other agent, other template, same layer", func(t *testing.T) {
+		agentB := buildStatic(t, "agent B")
+		t3, root3, built, err := ensureBaseTemplate(ctx, testCacheDir, agentB, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if t3.Digest == t1.Digest || root3 == root1 {
+			t.Errorf("different agents share template %s", t3.Digest)
+		}
+		_ = built // true the first time this agent is seen on this machine
+		doneAfter, err := os.Stat(layerDone)
+		if err != nil || !doneAfter.ModTime().Equal(doneBefore.ModTime()) {
+			t.Errorf("Debian layer was rebuilt")
+		}
+		list, err := ListTemplates(testCacheDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := 0
+		for _, tt := range list {
+			if tt.Digest == t1.Digest || tt.Digest == t3.Digest {
+				found++
+			}
+		}
+		if found != 2 {
+			t.Errorf("ListTemplates found %d of 2: %+v", found, list)
+		}
+	})
+}

@@ -1,0 +1,498 @@
+package worker
+
+// The data plane: what clients reach directly on the worker, never through
+// the server. Every route but /healthz needs a data-plane token (header
+// "Authorization: Bearer <token>" or ?token=) signed by the server for the
+// sandbox in the path.
+//
+//	GET    /healthz                                          → 200
+//	GET    /v1/sandboxes/{sid}/commands/{cid}/attach?offset=N  WebSocket (scope command)
+//	GET    /v1/sandboxes/{sid}/commands                      → {"commands": [agentapi.ProcessInfo]} (scope files)
+//	GET    /v1/sandboxes/{sid}/files/content?path=P          → raw bytes, Content-Length, X-Airlock-Mode
+//	PUT    /v1/sandboxes/{sid}/files/content?path=P&mode=&owner=  raw body → agentapi.FileInfo
+//	GET    /v1/sandboxes/{sid}/files/stat?path=P             → agentapi.FileInfo
+//	GET    /v1/sandboxes/{sid}/files/list?path=P             → {"entries": [agentapi.FileInfo]}
+//	POST   /v1/sandboxes/{sid}/files/mkdir  agentapi.Mkdir   → agentapi.FileInfo
+//	POST   /v1/sandboxes/{sid}/files/move   agentapi.Move    → agentapi.FileInfo
+//	DELETE /v1/sandboxes/{sid}/files?path=P&recursive=1      → 204
+//
+// Errors are {"error":{"code","message"}} with the HTTP status from
+// writeError, the one place model errors become wire codes.
+//
+// Attach protocol: each WebSocket message is one binary frame, a kind byte
+// (agentapi.Frame*) then the payload. The worker sends FrameStarted (JSON
+// ProcessInfo) on every attach, then the output from the combined offset N
+// (FrameStdout, FrameStderr), then FrameExit (JSON Exit) and a normal
+// close; FrameError (JSON {"message"}) ends the stream on failure. The
+// client sends FrameStdin, FrameStdinClose and FrameSignal (JSON Signal).
+// The first attach starts the process; a dropped attachment leaves it
+// running.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/airlock/airlock/internal/agentapi"
+	"github.com/airlock/airlock/internal/agentclient"
+	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/token"
+)
+
+// copyBufSize is the buffer for streaming file bodies.
+const copyBufSize = 1 << 20
+
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return &b }}
+
+// Handler returns the data-plane HTTP handler.
+func (w *Worker) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) {
+		rw.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(rw, `{"status":"ok"}`)
+	})
+	mux.HandleFunc("GET /v1/sandboxes/{sid}/commands/{cid}/attach", w.handleAttach)
+	mux.HandleFunc("GET /v1/sandboxes/{sid}/commands", w.files(w.handleListCommands))
+	mux.HandleFunc("GET /v1/sandboxes/{sid}/files/content", w.files(w.handleRead))
+	mux.HandleFunc("PUT /v1/sandboxes/{sid}/files/content", w.files(w.handleWrite))
+	mux.HandleFunc("GET /v1/sandboxes/{sid}/files/stat", w.files(w.handleStat))
+	mux.HandleFunc("GET /v1/sandboxes/{sid}/files/list", w.files(w.handleList))
+	mux.HandleFunc("POST /v1/sandboxes/{sid}/files/mkdir", w.files(w.handleMkdir))
+	mux.HandleFunc("POST /v1/sandboxes/{sid}/files/move", w.files(w.handleMove))
+	mux.HandleFunc("DELETE /v1/sandboxes/{sid}/files", w.files(w.handleRemove))
+	mux.HandleFunc("/", func(rw http.ResponseWriter, r *http.Request) {
+		writeError(rw, model.Errorf(model.ErrNotFound, "no route %s %s", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+// authorize verifies the request's token for the path's sandbox and scope.
+func (w *Worker) authorize(r *http.Request, scope string) (token.Claims, error) {
+	kp := w.key.Load()
+	if kp == nil {
+		return token.Claims{}, model.Errorf(model.ErrUnavailable, "worker is not registered with a server yet")
+	}
+	tok := r.URL.Query().Get("token")
+	if h := r.Header.Get("Authorization"); h != "" {
+		if t, ok := strings.CutPrefix(h, "Bearer "); ok {
+			tok = strings.TrimSpace(t)
+		}
+	}
+	if tok == "" {
+		return token.Claims{}, model.Errorf(model.ErrUnauthorized, "missing data-plane token (Authorization: Bearer or ?token=)")
+	}
+	c, err := token.Verify(*kp, tok, time.Now())
+	if err != nil {
+		return token.Claims{}, model.Errorf(model.ErrUnauthorized, "data-plane token is invalid or expired; ask the server for a new one")
+	}
+	if c.SandboxID != r.PathValue("sid") {
+		return token.Claims{}, model.Errorf(model.ErrForbidden, "token is for another sandbox")
+	}
+	if c.Scope != scope {
+		return token.Claims{}, model.Errorf(model.ErrForbidden, "token scope %q does not allow this (needs %q)", c.Scope, scope)
+	}
+	return c, nil
+}
+
+type filesHandler func(rw http.ResponseWriter, r *http.Request, ac *agentclient.Client) error
+
+// files wraps a files-scoped handler: authorization, agent lookup, errors.
+func (w *Worker) files(h filesHandler) http.HandlerFunc {
+	return func(rw http.ResponseWriter, r *http.Request) {
+		if _, err := w.authorize(r, token.ScopeFiles); err != nil {
+			writeError(rw, err)
+			return
+		}
+		ac, _, err := w.agentFor(r.PathValue("sid"))
+		if err != nil {
+			writeError(rw, err)
+			return
+		}
+		if err := h(rw, r, ac); err != nil {
+			w.log.Debug("data plane request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+			writeError(rw, err)
+		}
+	}
+}
+
+// errHeadersSent marks an error after the response started: nothing to write.
+var errHeadersSent = errors.New("response already started")
+
+// writeError is the one place model errors become data-plane HTTP answers.
+func writeError(rw http.ResponseWriter, err error) {
+	if errors.Is(err, errHeadersSent) {
+		return
+	}
+	status, code := http.StatusInternalServerError, "internal"
+	switch {
+	case errors.Is(err, model.ErrNotFound):
+		status, code = http.StatusNotFound, "not_found"
+	case errors.Is(err, model.ErrInvalid):
+		status, code = http.StatusBadRequest, "invalid"
+	case errors.Is(err, model.ErrConflict):
+		status, code = http.StatusConflict, "conflict"
+	case errors.Is(err, model.ErrUnauthorized):
+		status, code = http.StatusUnauthorized, "unauthorized"
+	case errors.Is(err, model.ErrForbidden):
+		status, code = http.StatusForbidden, "forbidden"
+	case errors.Is(err, model.ErrTooLarge):
+		status, code = http.StatusRequestEntityTooLarge, "too_large"
+	case errors.Is(err, model.ErrUnavailable), isUnreachable(err):
+		status, code = http.StatusServiceUnavailable, "unavailable"
+	}
+	var body agentapi.Error
+	body.Error.Code = code
+	body.Error.Message = err.Error()
+	rw.Header().Set("Content-Type", "application/json")
+	rw.WriteHeader(status)
+	_ = json.NewEncoder(rw).Encode(body)
+}
+
+// isUnreachable reports a transport failure talking to the agent.
+func isUnreachable(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, net.ErrClosed)
+}
+
+func writeJSON(rw http.ResponseWriter, status int, v any) {
+	rw.Header().Set("Content-Type", "application/json")
+	rw.WriteHeader(status)
+	_ = json.NewEncoder(rw).Encode(v)
+}
+
+func pathParam(r *http.Request) (string, error) {
+	p := r.URL.Query().Get("path")
+	if p == "" {
+		return "", model.Errorf(model.ErrInvalid, "path is required")
+	}
+	return p, nil
+}
+
+func (w *Worker) handleListCommands(rw http.ResponseWriter, r *http.Request, ac *agentclient.Client) error {
+	ps, err := ac.ListProcesses(r.Context())
+	if err != nil {
+		return fmt.Errorf("list processes: %w", err)
+	}
+	if ps == nil {
+		ps = []agentapi.ProcessInfo{}
+	}
+	writeJSON(rw, http.StatusOK, map[string]any{"commands": ps})
+	return nil
+}
+
+func (w *Worker) handleRead(rw http.ResponseWriter, r *http.Request, ac *agentclient.Client) error {
+	p, err := pathParam(r)
+	if err != nil {
+		return err
+	}
+	f, fi, err := ac.ReadFile(r.Context(), p)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", p, err)
+	}
+	defer f.Close()
+	h := rw.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	if fi.Size >= 0 {
+		h.Set("Content-Length", strconv.FormatInt(fi.Size, 10))
+	}
+	if fi.Mode != "" {
+		h.Set("X-Airlock-Mode", fi.Mode)
+	}
+	rw.WriteHeader(http.StatusOK)
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	if _, err := io.CopyBuffer(rw, f, *bp); err != nil {
+		w.log.Debug("stream file", "path", p, "err", err)
+	}
+	return nil
+}
+
+func (w *Worker) handleWrite(rw http.ResponseWriter, r *http.Request, ac *agentclient.Client) error {
+	p, err := pathParam(r)
+	if err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	fi, err := ac.WriteFile(r.Context(), p, q.Get("mode"), q.Get("owner"), r.Body)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", p, err)
+	}
+	writeJSON(rw, http.StatusOK, fi)
+	return nil
+}
+
+func (w *Worker) handleStat(rw http.ResponseWriter, r *http.Request, ac *agentclient.Client) error {
+	p, err := pathParam(r)
+	if err != nil {
+		return err
+	}
+	fi, err := ac.Stat(r.Context(), p)
+	if err != nil {
+		return fmt.Errorf("stat %s: %w", p, err)
+	}
+	writeJSON(rw, http.StatusOK, fi)
+	return nil
+}
+
+func (w *Worker) handleList(rw http.ResponseWriter, r *http.Request, ac *agentclient.Client) error {
+	p, err := pathParam(r)
+	if err != nil {
+		return err
+	}
+	es, err := ac.List(r.Context(), p)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", p, err)
+	}
+	if es == nil {
+		es = []agentapi.FileInfo{}
+	}
+	writeJSON(rw, http.StatusOK, map[string]any{"entries": es})
+	return nil
+}
+
+func decodeBody(r *http.Request, v any) error {
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(v); err != nil {
+		return model.Errorf(model.ErrInvalid, "decode request body: %v", err)
+	}
+	return nil
+}
+
+func (w *Worker) handleMkdir(rw http.ResponseWriter, r *http.Request, ac *agentclient.Client) error {
+	var m agentapi.Mkdir
+	if err := decodeBody(r, &m); err != nil {
+		return err
+	}
+	fi, err := ac.Mkdir(r.Context(), m)
+	if err != nil {
+		return fmt.Errorf("mkdir %s: %w", m.Path, err)
+	}
+	writeJSON(rw, http.StatusOK, fi)
+	return nil
+}
+
+func (w *Worker) handleMove(rw http.ResponseWriter, r *http.Request, ac *agentclient.Client) error {
+	var m agentapi.Move
+	if err := decodeBody(r, &m); err != nil {
+		return err
+	}
+	fi, err := ac.Move(r.Context(), m.From, m.To)
+	if err != nil {
+		return fmt.Errorf("move %s to %s: %w", m.From, m.To, err)
+	}
+	writeJSON(rw, http.StatusOK, fi)
+	return nil
+}
+
+func (w *Worker) handleRemove(rw http.ResponseWriter, r *http.Request, ac *agentclient.Client) error {
+	p, err := pathParam(r)
+	if err != nil {
+		return err
+	}
+	rec := r.URL.Query().Get("recursive")
+	if err := ac.Remove(r.Context(), p, rec == "1" || rec == "true"); err != nil {
+		return fmt.Errorf("remove %s: %w", p, err)
+	}
+	rw.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// ---- attach ----
+
+func (w *Worker) handleAttach(rw http.ResponseWriter, r *http.Request) {
+	claims, err := w.authorize(r, token.ScopeCommand)
+	if err != nil {
+		writeError(rw, err)
+		return
+	}
+	sid, cid := r.PathValue("sid"), r.PathValue("cid")
+	if claims.Command == nil || claims.Command.ID != cid {
+		writeError(rw, model.Errorf(model.ErrForbidden, "token is for another command"))
+		return
+	}
+	var offset int64
+	if s := r.URL.Query().Get("offset"); s != "" {
+		if offset, err = strconv.ParseInt(s, 10, 64); err != nil || offset < 0 {
+			writeError(rw, model.Errorf(model.ErrInvalid, "offset must be a non-negative integer"))
+			return
+		}
+	}
+	ac, env, err := w.agentFor(sid)
+	if err != nil {
+		writeError(rw, err)
+		return
+	}
+	info, err := ensureProcess(r.Context(), ac, *claims.Command, env)
+	if err != nil {
+		writeError(rw, err)
+		return
+	}
+	conn, err := websocket.Accept(rw, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	if err != nil {
+		w.log.Debug("websocket accept", "err", err)
+		return
+	}
+	conn.SetReadLimit(agentapi.MaxFramePayload + 1)
+	defer conn.CloseNow()
+	w.attaches.Add(1)
+	defer w.attaches.Done()
+	w.attach(r.Context(), conn, ac, cid, info, offset)
+}
+
+// ensureProcess starts the command on its first attach and returns its info.
+func ensureProcess(ctx context.Context, ac *agentclient.Client, c model.CommandSpec, sandboxEnv map[string]string) (agentapi.ProcessInfo, error) {
+	info, err := ac.GetProcess(ctx, c.ID)
+	if err == nil {
+		return info, nil
+	}
+	if !errors.Is(err, model.ErrNotFound) {
+		return info, fmt.Errorf("get process %s: %w", c.ID, err)
+	}
+	env := make(map[string]string, len(sandboxEnv)+len(c.Env))
+	for k, v := range sandboxEnv {
+		env[k] = v
+	}
+	for k, v := range c.Env {
+		env[k] = v
+	}
+	info, err = ac.StartProcess(ctx, agentapi.ProcessSpec{
+		ID: c.ID, Argv: c.Argv, Env: env, Cwd: c.Cwd, User: c.User, Stdin: c.Stdin, TimeoutS: c.TimeoutS,
+	})
+	if errors.Is(err, model.ErrConflict) { // a concurrent first attach won
+		info, err = ac.GetProcess(ctx, c.ID)
+	}
+	if err != nil {
+		return info, fmt.Errorf("start process %s: %w", c.ID, err)
+	}
+	return info, nil
+}
+
+// attach pumps output frames to the client and client frames to the agent
+// until the process exits or either side goes away.
+func (w *Worker) attach(ctx context.Context, conn *websocket.Conn, ac *agentclient.Client, cid string, info agentapi.ProcessInfo, offset int64) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	log := w.log.With("command", cid)
+
+	// Client → agent. Stdin bytes go through one streaming request per
+	// attachment, so their order is kept; the pipe gives backpressure.
+	inDone := make(chan struct{})
+	go func() {
+		defer close(inDone)
+		defer cancel() // the client went away or misbehaved: stop the output pump
+		w.pumpInput(ctx, conn, ac, cid, log)
+	}()
+
+	started, _ := json.Marshal(info)
+	if err := writeFrame(ctx, conn, agentapi.FrameStarted, started); err != nil {
+		return
+	}
+	out, err := ac.Output(ctx, cid, offset)
+	if err != nil {
+		sendError(ctx, conn, fmt.Errorf("open output: %w", err))
+		return
+	}
+	defer out.Close()
+	for {
+		kind, payload, err := out.Next()
+		if err != nil {
+			if ctx.Err() == nil {
+				sendError(ctx, conn, fmt.Errorf("read output: %w", err))
+			}
+			return
+		}
+		if err := writeFrame(ctx, conn, kind, payload); err != nil {
+			return
+		}
+		if kind == agentapi.FrameExit || kind == agentapi.FrameError {
+			conn.Close(websocket.StatusNormalClosure, "")
+			cancel() // unblocks a stdin write the process never read
+			<-inDone
+			return
+		}
+	}
+}
+
+func (w *Worker) pumpInput(ctx context.Context, conn *websocket.Conn, ac *agentclient.Client, cid string, log interface {
+	Debug(string, ...any)
+}) {
+	var (
+		pw       *io.PipeWriter
+		stdinErr chan error
+	)
+	stopStdin := func(err error) error {
+		if pw == nil {
+			return nil
+		}
+		pw.CloseWithError(err)
+		e := <-stdinErr
+		pw, stdinErr = nil, nil
+		return e
+	}
+	defer func() { _ = stopStdin(context.Canceled) }()
+	for {
+		typ, msg, err := conn.Read(ctx)
+		if err != nil {
+			return
+		}
+		if typ != websocket.MessageBinary || len(msg) == 0 {
+			continue
+		}
+		switch msg[0] {
+		case agentapi.FrameStdin:
+			if pw == nil {
+				pr, npw := io.Pipe()
+				pw, stdinErr = npw, make(chan error, 1)
+				go func(ch chan error) {
+					err := ac.Stdin(ctx, cid, pr, false)
+					pr.CloseWithError(err)
+					ch <- err
+				}(stdinErr)
+			}
+			if _, err := pw.Write(msg[1:]); err != nil {
+				log.Debug("stdin", "err", stopStdin(err))
+			}
+		case agentapi.FrameStdinClose:
+			// Deliver every byte sent so far, then close.
+			if err := stopStdin(nil); err != nil {
+				log.Debug("stdin", "err", err)
+			}
+			if err := ac.CloseStdin(ctx, cid); err != nil {
+				log.Debug("close stdin", "err", err)
+			}
+		case agentapi.FrameSignal:
+			var s agentapi.Signal
+			if err := json.Unmarshal(msg[1:], &s); err != nil {
+				log.Debug("bad signal frame", "err", err)
+				continue
+			}
+			if err := ac.Signal(ctx, cid, s.Signal); err != nil {
+				log.Debug("signal", "signal", s.Signal, "err", err)
+			}
+		}
+	}
+}
+
+func writeFrame(ctx context.Context, conn *websocket.Conn, kind byte, payload []byte) error {
+	msg := make([]byte, 1+len(payload))
+	msg[0] = kind
+	copy(msg[1:], payload)
+	return conn.Write(ctx, websocket.MessageBinary, msg)
+}
+
+func sendError(ctx context.Context, conn *websocket.Conn, err error) {
+	b, _ := json.Marshal(map[string]string{"message": err.Error()})
+	if writeFrame(ctx, conn, agentapi.FrameError, b) == nil {
+		conn.Close(websocket.StatusNormalClosure, "")
+	}
+}

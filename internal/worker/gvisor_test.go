@@ -1,0 +1,231 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	mrand "math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlock/airlock/internal/agentapi"
+	"github.com/airlock/airlock/internal/client"
+	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/runtime/gvisor"
+	"github.com/airlock/airlock/internal/setup"
+	"github.com/airlock/airlock/internal/token"
+)
+
+// testCacheDir is shared by every test run on the machine, so the Debian
+// layer is debootstrapped once.
+const testCacheDir = "/var/tmp/airlock-test-cache"
+
+// requireRunsc returns a static runsc: $AIRLOCK_RUNSC, the set-up cache, or
+// the machine's prebuilt one; it skips when there is none.
+func requireRunsc(t testing.TB) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for runsc")
+	}
+	for _, p := range []string{os.Getenv(setup.RunscEnv), filepath.Join(testCacheDir, "bin", "runsc"), "/tmp/prep/bin/runsc"} {
+		if p == "" {
+			continue
+		}
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+			return p
+		}
+	}
+	t.Skipf("needs a static runsc: set %s", setup.RunscEnv)
+	return ""
+}
+
+// baseTemplate builds (or reuses) the base template with this tree's agent.
+func baseTemplate(t testing.TB) (model.Template, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	tmpl, rootfs, err := setup.EnsureBaseTemplate(ctx, testCacheDir, buildAgent(t), io.Discard)
+	if err != nil {
+		t.Skipf("needs the base template (debootstrap): %v", err)
+	}
+	return tmpl, rootfs
+}
+
+func newSandboxID() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return "sbx-" + hex.EncodeToString(b)
+}
+
+// TestWorkerGVisor runs the worker over the real gVisor driver: start,
+// commands and files as the default user, a worker restart that adopts the
+// running sandbox (a detached process survives it), then delete.
+func TestWorkerGVisor(t *testing.T) {
+	runsc := requireRunsc(t)
+	tmpl, rootfs := baseTemplate(t)
+	ctx := testContext(t)
+	base := t.TempDir()
+	newDriver := func() *gvisor.Driver {
+		d, err := gvisor.New(gvisor.Config{RunscPath: runsc, StateDir: filepath.Join(base, "state"), RunDir: filepath.Join(base, "run")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	drv := newDriver()
+	id := newSandboxID()
+	t.Cleanup(func() {
+		if err := newDriver().Delete(context.Background(), id); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+		// runsc leaves its gofer's network namespace mounted in the state dir.
+		_ = syscall.Unmount(filepath.Join(base, "state", "null-netns"), syscall.MNT_DETACH)
+	})
+	srv := newFakeServer(t)
+	rootfsFor := func(d string) string {
+		if d == tmpl.Digest {
+			return rootfs
+		}
+		return ""
+	}
+	tw := startWorker(t, srv, drv, rootfsFor)
+	t0 := time.Now()
+	srv.assign(id, tmpl.Digest, model.StateRunning)
+	srv.waitObserved(ctx, id, model.StateRunning)
+	t.Logf("assigned → running: %v", time.Since(t0))
+
+	run := func(tw *testWorker, cid string, argv ...string) (string, agentapi.Exit) {
+		t.Helper()
+		tok := srv.sign(t, token.Claims{SandboxID: id, Scope: token.ScopeCommand,
+			Command: &model.CommandSpec{ID: cid, SandboxID: id, Argv: argv}})
+		var out, errb bytes.Buffer
+		exit, err := client.RunCommand(ctx, sandboxURL(tw.w, id)+"/commands/"+cid+"/attach", tok, nil, &out, &errb)
+		if err != nil {
+			t.Fatalf("run %v: %v (stderr %q)", argv, err, errb.String())
+		}
+		return out.String(), exit
+	}
+	if out, exit := run(tw, "c-whoami", "id", "-un"); out != "user\n" || exit.ExitCode != 0 {
+		t.Fatalf("id -un: %q %+v", out, exit)
+	}
+	if out, _ := run(tw, "c-py", "python3", "-c", "print(6*7)"); out != "42\n" {
+		t.Fatalf("python3: %q", out)
+	}
+	if _, exit := run(tw, "c-exit7", "sh", "-c", "exit 7"); exit.ExitCode != 7 {
+		t.Fatalf("exit code %+v, want 7", exit)
+	}
+
+	// Files: 64 MiB each way, checked inside the sandbox too.
+	fc := &client.FilesClient{URL: tw.w.DataPlaneURL(), Token: srv.sign(t, token.Claims{SandboxID: id, Scope: token.ScopeFiles})}
+	const size = 64 << 20
+	h := sha256.New()
+	t1 := time.Now()
+	fi, err := fc.Write(ctx, "blob", io.TeeReader(io.LimitReader(mrand.NewChaCha8([32]byte{3}), size), h), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tw1 := time.Since(t1)
+	sum := hex.EncodeToString(h.Sum(nil))
+	if fi.Size != size || fi.Owner != "user" || fi.Path != agentapi.DefaultHome+"/blob" {
+		t.Fatalf("written %+v", fi)
+	}
+	t1 = time.Now()
+	rc, err := fc.Read(ctx, agentapi.DefaultHome+"/blob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Reset()
+	n, err := io.Copy(h, rc)
+	rc.Close()
+	tr1 := time.Since(t1)
+	if err != nil || n != size || hex.EncodeToString(h.Sum(nil)) != sum {
+		t.Fatalf("read back %d bytes, err %v, sha equal %v", n, err, hex.EncodeToString(h.Sum(nil)) == sum)
+	}
+	t.Logf("64 MiB through gVisor: write %.0f MB/s, read %.0f MB/s", size/tw1.Seconds()/1e6, size/tr1.Seconds()/1e6)
+	if os.Getenv("AIRLOCK_DIRECT") != "" {
+		ac, _, _ := tw.w.agentFor(id)
+		for i := 0; i < 3; i++ {
+			t1 = time.Now()
+			if _, err := ac.WriteFile(ctx, "blob2", "", "", io.LimitReader(mrand.NewChaCha8([32]byte{3}), size)); err != nil {
+				t.Fatal(err)
+			}
+			tw1 = time.Since(t1)
+			t1 = time.Now()
+			rc, _, err := ac.ReadFile(ctx, "blob2")
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, rc)
+			rc.Close()
+			t.Logf("direct agent: write %.0f MB/s, read %.0f MB/s", size/tw1.Seconds()/1e6, size/time.Since(t1).Seconds()/1e6)
+			t1 = time.Now()
+			rc, err = fc.Read(ctx, "blob2")
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, rc)
+			rc.Close()
+			r := size / time.Since(t1).Seconds() / 1e6
+			t1 = time.Now()
+			if _, err := fc.Write(ctx, "blob2", io.LimitReader(mrand.NewChaCha8([32]byte{3}), size), "", ""); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("data plane: write %.0f MB/s, read %.0f MB/s", size/time.Since(t1).Seconds()/1e6, r)
+		}
+	}
+	if out, _ := run(tw, "c-sha", "sha256sum", "blob"); !strings.HasPrefix(out, sum+" ") {
+		t.Fatalf("sha256sum inside: %q, want %s", out, sum)
+	}
+
+	// A detached process, then a worker restart.
+	tok := srv.sign(t, token.Claims{SandboxID: id, Scope: token.ScopeCommand,
+		Command: &model.CommandSpec{ID: "c-sleep", SandboxID: id, Argv: []string{"sleep", "1000"}}})
+	s, err := client.AttachCommand(ctx, sandboxURL(tw.w, id)+"/commands/c-sleep/attach", tok, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kind, _, err := s.Next(); err != nil || kind != agentapi.FrameStarted {
+		t.Fatalf("first frame %d: %v", kind, err)
+	}
+	s.Close()
+
+	tw.stop(t)
+	tw2 := startWorker(t, srv, newDriver(), rootfsFor)
+	srv.waitRegistered(ctx, 2) // adoption happens before registration
+	fc.URL = tw2.w.DataPlaneURL()
+	cmds, err := fc.ListCommands(ctx)
+	if err != nil {
+		t.Fatalf("list commands after restart: %v", err)
+	}
+	i := slices.IndexFunc(cmds, func(p agentapi.ProcessInfo) bool { return p.ID == "c-sleep" })
+	if i < 0 || !cmds[i].Running {
+		t.Fatalf("detached process not running after worker restart: %+v", cmds)
+	}
+	if out, _ := run(tw2, "c-after", "cat", "/proc/sys/kernel/hostname"); out != id+"\n" {
+		t.Fatalf("command after restart: %q", out)
+	}
+	if st, err := fc.Stat(ctx, "blob"); err != nil || st.Size != size {
+		t.Fatalf("file after restart: %+v %v", st, err)
+	}
+
+	srv.assign(id, tmpl.Digest, model.StateDeleted)
+	srv.waitObserved(ctx, id, model.StateDeleted)
+	if ids, _ := newDriver().List(ctx); slices.Contains(ids, id) {
+		t.Fatalf("sandbox still listed by the driver after delete: %v", ids)
+	}
+	if out, err := exec.Command("pgrep", "-f", id).Output(); err == nil {
+		t.Fatalf("processes for %s remain after delete:\n%s", id, out)
+	}
+	if _, err := fc.Stat(ctx, "blob"); err == nil {
+		t.Fatal("data plane still serves a deleted sandbox")
+	}
+}

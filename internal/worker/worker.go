@@ -1,0 +1,729 @@
+// Package worker is the airlock worker: it registers with the server, loops
+// on the worker API's Sync (heartbeat and observed state up, assignments
+// down), reconciles its runtime driver toward the assignments, and serves
+// the data plane (command attach over WebSocket, file streaming) for the
+// sandboxes it runs. It never touches the database: data-plane requests are
+// authorized by tokens the server signs with the key handed over at
+// registration.
+//
+// Reconciliation is level triggered and per-sandbox serialized: at most one
+// action (start or delete) runs for a sandbox at a time, each in its own
+// goroutine, and every change of observed state triggers an immediate Sync.
+// Stopping the worker (cancelling Run's context) leaves sandboxes running; a
+// new worker process on the same host adopts them.
+package worker
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/airlock/airlock/internal/agentclient"
+	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/runtime"
+	"github.com/airlock/airlock/internal/workerapi"
+)
+
+// Timing defaults.
+const (
+	// StartTimeout bounds Driver.Start plus the wait for the agent.
+	StartTimeout = 60 * time.Second
+	// AdoptTimeout bounds re-attaching to one sandbox after a restart.
+	AdoptTimeout = 15 * time.Second
+	// StatusInterval is how often running sandboxes are checked for a dead runtime.
+	StatusInterval = 2 * time.Second
+	// SyncWait is the long-poll duration asked of the server.
+	SyncWait = 25 * time.Second
+)
+
+// Config wires a worker.
+type Config struct {
+	ID          string
+	ServerURL   string // base URL of the server, e.g. http://127.0.0.1:8080
+	WorkerToken string
+	// DataPlaneListener, if set, is served; otherwise DataPlaneAddr is listened on.
+	DataPlaneListener net.Listener
+	DataPlaneAddr     string
+	// DataPlaneURL is the base URL clients reach the data plane at (advertised
+	// to the server). Defaults to http://<listener address>.
+	DataPlaneURL string
+	Driver       runtime.Driver
+	// Templates lists the templates present on this worker.
+	Templates func() ([]model.Template, error)
+	// RootFS maps a template digest to its root filesystem directory ("" if absent).
+	RootFS        func(digest string) string
+	CapacityMiB   int
+	CapacityVCPUs int
+	Logger        *slog.Logger
+	// HTTPClient calls the server; nil: a client without a global timeout.
+	HTTPClient *http.Client
+}
+
+// Validate reports what is missing from c.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.ID == "" {
+		errs = append(errs, errors.New("worker id is empty"))
+	}
+	if c.ServerURL == "" {
+		errs = append(errs, errors.New("server url is empty"))
+	}
+	if c.DataPlaneListener == nil && c.DataPlaneAddr == "" {
+		errs = append(errs, errors.New("neither a data-plane listener nor an address"))
+	}
+	if c.Driver == nil {
+		errs = append(errs, errors.New("no runtime driver"))
+	}
+	if c.RootFS == nil {
+		errs = append(errs, errors.New("no rootfs resolver"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("worker config: %w", model.Errorf(model.ErrInvalid, "%v", err))
+	}
+	return nil
+}
+
+// sandbox is the worker's view of one local sandbox. Fields are guarded by
+// Worker.mu; busy marks an action in flight.
+type sandbox struct {
+	id     string
+	state  model.SandboxState // starting, running, failed, deleting, deleted
+	reason string
+	busy   bool
+	env    map[string]string
+	handle runtime.Sandbox
+	agent  *agentclient.Client
+}
+
+// Worker runs sandboxes for one server.
+type Worker struct {
+	cfg  Config
+	log  *slog.Logger
+	http *http.Client
+	ln   net.Listener
+
+	key atomic.Pointer[[]byte] // data-plane signing key, set at registration
+
+	mu        sync.Mutex
+	sandboxes map[string]*sandbox
+	synced    bool // a Sync succeeded: assignments are authoritative
+	workerID  string
+
+	kick     chan struct{} // observed state changed: sync now
+	actions  sync.WaitGroup
+	attaches sync.WaitGroup // hijacked WebSocket handlers, which Shutdown does not wait for
+}
+
+// New returns a worker for cfg; it listens on the data-plane address at once
+// so the advertised URL is known.
+func New(cfg Config) (*Worker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	w := &Worker{
+		cfg:       cfg,
+		log:       cfg.Logger,
+		http:      cfg.HTTPClient,
+		sandboxes: make(map[string]*sandbox),
+		kick:      make(chan struct{}, 1),
+		workerID:  cfg.ID,
+	}
+	if w.log == nil {
+		w.log = slog.Default()
+	}
+	w.log = w.log.With("worker", cfg.ID)
+	if w.http == nil {
+		w.http = &http.Client{}
+	}
+	w.ln = cfg.DataPlaneListener
+	if w.ln == nil {
+		ln, err := net.Listen("tcp", cfg.DataPlaneAddr)
+		if err != nil {
+			return nil, fmt.Errorf("listen on data plane %s: %w", cfg.DataPlaneAddr, err)
+		}
+		w.ln = ln
+	}
+	if w.cfg.DataPlaneURL == "" {
+		w.cfg.DataPlaneURL = "http://" + advertisedAddr(w.ln.Addr())
+	}
+	return w, nil
+}
+
+// advertisedAddr turns a listen address into one clients can dial: an
+// unspecified host (0.0.0.0, ::) becomes loopback; set Config.DataPlaneURL
+// when clients are on other hosts.
+func advertisedAddr(a net.Addr) string {
+	ta, ok := a.(*net.TCPAddr)
+	if !ok {
+		return a.String()
+	}
+	if ta.IP == nil || ta.IP.IsUnspecified() {
+		return net.JoinHostPort("127.0.0.1", strconv.Itoa(ta.Port))
+	}
+	return ta.String()
+}
+
+// DataPlaneURL is the advertised data-plane base URL.
+func (w *Worker) DataPlaneURL() string { return w.cfg.DataPlaneURL }
+
+// Run serves the data plane, adopts sandboxes left by an earlier worker
+// process, registers and syncs until ctx ends. Sandboxes keep running after
+// it returns.
+func (w *Worker) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	srv := &http.Server{
+		Handler:           w.Handler(),
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ReadHeaderTimeout: 30 * time.Second,
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(w.ln) }()
+
+	var bg sync.WaitGroup
+	w.adopt(ctx)
+	bg.Add(1)
+	go func() { defer bg.Done(); w.watchStatus(ctx) }()
+
+	err := w.syncLoop(ctx)
+
+	cancel()
+	shutCtx, shutCancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer shutCancel()
+	_ = srv.Shutdown(shutCtx)
+	if e := <-serveErr; e != nil && !errors.Is(e, http.ErrServerClosed) {
+		err = errors.Join(err, fmt.Errorf("serve data plane: %w", e))
+	}
+	bg.Wait()
+	w.actions.Wait()
+	w.attaches.Wait()
+	w.mu.Lock()
+	for _, sb := range w.sandboxes {
+		closeSandbox(sb)
+	}
+	w.mu.Unlock()
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+func closeSandbox(sb *sandbox) {
+	if sb.agent != nil {
+		sb.agent.Close()
+		sb.agent = nil
+	}
+	if sb.handle != nil {
+		sb.handle.Close()
+		sb.handle = nil
+	}
+}
+
+// changed wakes the sync loop.
+func (w *Worker) changed() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// adopt reattaches to every sandbox the driver still has; what cannot be
+// adopted is deleted and reported failed.
+func (w *Worker) adopt(ctx context.Context) {
+	ids, err := w.cfg.Driver.List(ctx)
+	if err != nil {
+		w.log.Error("list runtime sandboxes", "err", err)
+		return
+	}
+	// Adopt in parallel (bounded): one stuck sandbox must not hold up the rest.
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			w.adoptOrDelete(ctx, id)
+		}()
+	}
+	wg.Wait()
+}
+
+func (w *Worker) adoptOrDelete(ctx context.Context, id string) {
+	sb := &sandbox{id: id}
+	actx, cancel := context.WithTimeout(ctx, AdoptTimeout)
+	h, ac, err := w.adoptOne(actx, id)
+	cancel()
+	if err != nil {
+		w.log.Warn("cannot adopt sandbox; deleting it", "sandbox", id, "err", err)
+		if derr := w.cfg.Driver.Delete(context.WithoutCancel(ctx), id); derr != nil {
+			w.log.Error("delete unadoptable sandbox", "sandbox", id, "err", derr)
+		}
+		sb.state, sb.reason = model.StateFailed, "sandbox could not be adopted after a worker restart"
+	} else {
+		w.log.Info("adopted sandbox", "sandbox", id)
+		sb.state, sb.handle, sb.agent = model.StateRunning, h, ac
+	}
+	w.mu.Lock()
+	w.sandboxes[id] = sb
+	w.mu.Unlock()
+}
+
+func (w *Worker) adoptOne(ctx context.Context, id string) (runtime.Sandbox, *agentclient.Client, error) {
+	st, err := w.cfg.Driver.Status(ctx, id)
+	if err != nil {
+		return nil, nil, fmt.Errorf("runtime status: %w", err)
+	}
+	if st != runtime.StatusRunning {
+		return nil, nil, fmt.Errorf("runtime status is %s", st)
+	}
+	h, err := w.cfg.Driver.Adopt(ctx, id)
+	if err != nil {
+		return nil, nil, fmt.Errorf("adopt runtime sandbox: %w", err)
+	}
+	ac := newAgentClient(h)
+	if err := ac.WaitReady(ctx); err != nil {
+		ac.Close()
+		h.Close()
+		return nil, nil, err
+	}
+	return h, ac, nil
+}
+
+// watchStatus marks running sandboxes whose runtime died as failed.
+func (w *Worker) watchStatus(ctx context.Context) {
+	// Checking can be costly (gVisor: one runsc exec per sandbox), so the
+	// pause after a round grows with the round's duration.
+	pause := StatusInterval
+	for {
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		roundStart := time.Now()
+		w.checkStatus(ctx)
+		pause = max(StatusInterval, 4*time.Since(roundStart))
+	}
+}
+
+// checkStatus checks every running sandbox once.
+func (w *Worker) checkStatus(ctx context.Context) {
+	w.mu.Lock()
+	var ids []string
+	for id, sb := range w.sandboxes {
+		if sb.state == model.StateRunning && !sb.busy {
+			ids = append(ids, id)
+		}
+	}
+	w.mu.Unlock()
+	for _, id := range ids {
+		st, err := w.cfg.Driver.Status(ctx, id)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			w.log.Warn("runtime status", "sandbox", id, "err", err)
+			continue
+		}
+		if err == nil && st != runtime.StatusGone && st != runtime.StatusStopped {
+			continue
+		}
+		w.mu.Lock()
+		if sb := w.sandboxes[id]; sb != nil && sb.state == model.StateRunning && !sb.busy {
+			w.log.Warn("sandbox runtime exited", "sandbox", id, "status", st)
+			sb.state, sb.reason = model.StateFailed, "sandbox runtime exited"
+			closeSandbox(sb)
+			w.changed()
+		}
+		w.mu.Unlock()
+	}
+}
+
+// syncLoop registers, then syncs until ctx ends.
+func (w *Worker) syncLoop(ctx context.Context) error {
+	if err := w.register(ctx); err != nil {
+		return err
+	}
+	var version int64
+	backoff := newBackoff()
+	var lastTemplates time.Time
+	var templates []model.Template
+	for ctx.Err() == nil {
+		req, reported := w.observed()
+		if time.Since(lastTemplates) > 10*time.Second {
+			templates = w.templates()
+			lastTemplates = time.Now()
+			req.Templates = templates
+		}
+		// An observed change arriving during the long poll cuts it short.
+		pollCtx, cancel := context.WithCancel(ctx)
+		stop := make(chan struct{})
+		go func() {
+			select {
+			case <-w.kick:
+				cancel()
+			case <-stop:
+			}
+		}()
+		resp, err := w.sync(pollCtx, req, version)
+		close(stop)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if pollCtx.Err() != nil { // cut short by a change: sync again now
+				continue
+			}
+			if errors.Is(err, model.ErrNotFound) { // the server forgot us
+				w.log.Warn("server does not know this worker; registering again", "err", err)
+				if err := w.register(ctx); err != nil {
+					return err
+				}
+				continue
+			}
+			w.log.Warn("sync", "err", err)
+			if !backoff.wait(ctx) {
+				return ctx.Err()
+			}
+			lastTemplates = time.Time{}
+			continue
+		}
+		backoff.reset()
+		w.ackDeleted(reported)
+		version = resp.Version
+		w.reconcile(ctx, resp.Assignments)
+	}
+	return ctx.Err()
+}
+
+func (w *Worker) templates() []model.Template {
+	if w.cfg.Templates == nil {
+		return nil
+	}
+	ts, err := w.cfg.Templates()
+	if err != nil {
+		w.log.Warn("list templates", "err", err)
+	}
+	return ts
+}
+
+// observed snapshots what to report; reported lists the deleted ids in it.
+func (w *Worker) observed() (workerapi.SyncRequest, []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	req := workerapi.SyncRequest{Observed: []workerapi.Observed{}}
+	var reported []string
+	for id, sb := range w.sandboxes {
+		st := sb.state
+		if st == model.StateDeleting {
+			continue // not gone yet; the server already knows it is deleting
+		}
+		req.Observed = append(req.Observed, workerapi.Observed{SandboxID: id, State: st, Reason: sb.reason})
+		if st == model.StateDeleted {
+			reported = append(reported, id)
+		}
+	}
+	return req, reported
+}
+
+// ackDeleted forgets deleted sandboxes the server has been told about.
+func (w *Worker) ackDeleted(ids []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, id := range ids {
+		if sb := w.sandboxes[id]; sb != nil && sb.state == model.StateDeleted && !sb.busy {
+			delete(w.sandboxes, id)
+		}
+	}
+}
+
+// reconcile moves local sandboxes toward the assignments.
+func (w *Worker) reconcile(ctx context.Context, as []workerapi.Assignment) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	first := !w.synced
+	w.synced = true
+	assigned := make(map[string]bool, len(as))
+	for _, a := range as {
+		id := a.Sandbox.ID
+		assigned[id] = true
+		sb := w.sandboxes[id]
+		switch a.Desired {
+		case model.StateDeleted:
+			if sb == nil {
+				// Gone already (maybe deleted before a restart): say so again;
+				// reporting deleted is idempotent.
+				w.sandboxes[id] = &sandbox{id: id, state: model.StateDeleted}
+				continue
+			}
+			if sb.busy || sb.state == model.StateDeleted {
+				continue
+			}
+			w.startDelete(ctx, sb)
+		case model.StateRunning:
+			if sb != nil {
+				if sb.env == nil {
+					sb.env = a.Sandbox.Env
+				}
+				continue // starting, running or failed: nothing to do
+			}
+			sb = &sandbox{id: id, state: model.StateStarting, env: a.Sandbox.Env, busy: true}
+			w.sandboxes[id] = sb
+			w.changed()
+			w.actions.Add(1)
+			go func() {
+				defer w.actions.Done()
+				w.start(ctx, sb, a.Sandbox)
+			}()
+		default:
+			w.log.Warn("unsupported desired state", "sandbox", id, "desired", a.Desired)
+		}
+	}
+	for id, sb := range w.sandboxes {
+		if assigned[id] || sb.busy || sb.state == model.StateDeleted {
+			continue
+		}
+		if first {
+			w.log.Info("sandbox not assigned to this worker; deleting it", "sandbox", id)
+		}
+		w.startDelete(ctx, sb)
+	}
+}
+
+// startDelete begins deleting sb; w.mu is held.
+func (w *Worker) startDelete(ctx context.Context, sb *sandbox) {
+	sb.busy = true
+	sb.state = model.StateDeleting
+	closeSandbox(sb)
+	w.actions.Add(1)
+	go func() {
+		defer w.actions.Done()
+		// Deletion finishes even when the worker is stopping.
+		err := w.cfg.Driver.Delete(context.WithoutCancel(ctx), sb.id)
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		sb.busy = false
+		if err != nil {
+			w.log.Error("delete sandbox", "sandbox", sb.id, "err", err)
+			sb.state, sb.reason = model.StateFailed, "delete failed: "+err.Error()
+		} else {
+			w.log.Info("deleted sandbox", "sandbox", sb.id)
+			sb.state, sb.reason = model.StateDeleted, ""
+		}
+		w.changed()
+	}()
+}
+
+// start creates one sandbox and waits for its agent.
+func (w *Worker) start(ctx context.Context, sb *sandbox, s model.Sandbox) {
+	h, ac, err := w.startOne(ctx, s)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	sb.busy = false
+	if err != nil {
+		if ctx.Err() != nil {
+			// Stopping: forget it; the next worker starts it again.
+			delete(w.sandboxes, sb.id)
+			return
+		}
+		w.log.Warn("start sandbox failed", "sandbox", sb.id, "err", err)
+		sb.state, sb.reason = model.StateFailed, err.Error()
+	} else {
+		w.log.Info("sandbox running", "sandbox", sb.id)
+		sb.state, sb.handle, sb.agent = model.StateRunning, h, ac
+	}
+	w.changed()
+}
+
+func (w *Worker) startOne(ctx context.Context, s model.Sandbox) (_ runtime.Sandbox, _ *agentclient.Client, err error) {
+	rootfs := w.cfg.RootFS(s.TemplateDigest)
+	if rootfs == "" {
+		return nil, nil, fmt.Errorf("template %s (%s) is not present on worker %s", s.Template, s.TemplateDigest, w.cfg.ID)
+	}
+	sctx, cancel := context.WithTimeout(ctx, StartTimeout)
+	defer cancel()
+	spec := runtime.Spec{
+		ID:        s.ID,
+		RootFS:    rootfs,
+		VCPUs:     s.Resources.VCPUs,
+		MemoryMiB: s.Resources.MemoryMiB,
+		Hostname:  s.ID,
+	}
+	defer func() {
+		if err != nil { // never leave a half-created sandbox behind
+			if derr := w.cfg.Driver.Delete(context.WithoutCancel(ctx), s.ID); derr != nil {
+				err = errors.Join(err, fmt.Errorf("clean up: %w", derr))
+			}
+		}
+	}()
+	h, err := w.cfg.Driver.Start(sctx, spec)
+	if err != nil {
+		return nil, nil, fmt.Errorf("start runtime: %w", err)
+	}
+	ac := newAgentClient(h)
+	if err := ac.WaitReady(sctx); err != nil {
+		ac.Close()
+		h.Close()
+		return nil, nil, err
+	}
+	return h, ac, nil
+}
+
+// AgentDialTimeout bounds waiting for a connection from an agent, so that
+// requests to a dead sandbox fail (503) instead of hanging.
+const AgentDialTimeout = 10 * time.Second
+
+func newAgentClient(h runtime.Sandbox) *agentclient.Client {
+	return agentclient.New(func(ctx context.Context) (net.Conn, error) {
+		ctx, cancel := context.WithTimeout(ctx, AgentDialTimeout)
+		defer cancel()
+		return h.AgentConn(ctx)
+	})
+}
+
+// agentFor returns the agent client of a running sandbox.
+func (w *Worker) agentFor(id string) (*agentclient.Client, map[string]string, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	sb := w.sandboxes[id]
+	if sb == nil || sb.state == model.StateDeleted || sb.state == model.StateDeleting {
+		return nil, nil, model.Errorf(model.ErrNotFound, "sandbox %s is not on this worker", id)
+	}
+	if sb.state != model.StateRunning || sb.agent == nil {
+		return nil, nil, model.Errorf(model.ErrUnavailable, "sandbox %s is %s", id, sb.state)
+	}
+	return sb.agent, sb.env, nil
+}
+
+// ---- worker API client ----
+
+func (w *Worker) register(ctx context.Context) error {
+	b := newBackoff()
+	for {
+		req := workerapi.RegisterRequest{
+			ID:            w.cfg.ID,
+			DataPlaneURL:  w.cfg.DataPlaneURL,
+			Runtimes:      []string{w.cfg.Driver.Name()},
+			CapacityMiB:   w.cfg.CapacityMiB,
+			CapacityVCPUs: w.cfg.CapacityVCPUs,
+			Templates:     w.templates(),
+		}
+		var resp workerapi.RegisterResponse
+		err := w.call(ctx, "/internal/v1/workers/register", req, &resp)
+		if err == nil {
+			key, kerr := decodeKey(resp.SigningKey)
+			if kerr == nil {
+				w.key.Store(&key)
+				if resp.WorkerID != "" {
+					w.mu.Lock()
+					w.workerID = resp.WorkerID
+					w.mu.Unlock()
+				}
+				w.log.Info("registered with server", "server", w.cfg.ServerURL)
+				return nil
+			}
+			err = kerr
+		}
+		w.log.Warn("register with server", "err", err)
+		if !b.wait(ctx) {
+			return ctx.Err()
+		}
+	}
+}
+
+func decodeKey(s string) ([]byte, error) {
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
+		if k, err := enc.DecodeString(s); err == nil && len(k) > 0 {
+			return k, nil
+		}
+	}
+	return nil, errors.New("decode signing key: not base64")
+}
+
+func (w *Worker) sync(ctx context.Context, req workerapi.SyncRequest, version int64) (workerapi.SyncResponse, error) {
+	w.mu.Lock()
+	id := w.workerID
+	w.mu.Unlock()
+	q := url.Values{"wait": {SyncWait.String()}, "version": {fmt.Sprint(version)}}
+	var resp workerapi.SyncResponse
+	err := w.call(ctx, "/internal/v1/workers/"+url.PathEscape(id)+"/sync?"+q.Encode(), req, &resp)
+	return resp, err
+}
+
+// call POSTs body as JSON and decodes the answer into out.
+func (w *Worker) call(ctx context.Context, path string, body, out any) error {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return fmt.Errorf("encode request: %w", err)
+	}
+	u := strings.TrimRight(w.cfg.ServerURL, "/") + path
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(b))
+	if err != nil {
+		return fmt.Errorf("build request: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+w.cfg.WorkerToken)
+	res, err := w.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("call %s: %w", path, err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode/100 != 2 {
+		msg, _ := io.ReadAll(io.LimitReader(res.Body, 4096))
+		kind := model.ErrUnavailable
+		switch res.StatusCode {
+		case http.StatusNotFound:
+			kind = model.ErrNotFound
+		case http.StatusUnauthorized:
+			kind = model.ErrUnauthorized
+		case http.StatusForbidden:
+			kind = model.ErrForbidden
+		case http.StatusBadRequest:
+			kind = model.ErrInvalid
+		}
+		return fmt.Errorf("call %s: %w", path, model.Errorf(kind, "server answered %s: %s", res.Status, strings.TrimSpace(string(msg))))
+	}
+	if err := json.NewDecoder(res.Body).Decode(out); err != nil {
+		return fmt.Errorf("decode answer of %s: %w", path, err)
+	}
+	return nil
+}
+
+// backoff is a capped exponential delay.
+type backoff struct{ d time.Duration }
+
+func newBackoff() *backoff { return &backoff{d: 100 * time.Millisecond} }
+
+func (b *backoff) reset() { b.d = 100 * time.Millisecond }
+
+// wait sleeps for the current delay and doubles it; false if ctx ended.
+func (b *backoff) wait(ctx context.Context) bool {
+	t := time.NewTimer(b.d)
+	defer t.Stop()
+	b.d = min(b.d*2, 5*time.Second)
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

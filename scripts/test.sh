@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One command from a fresh Debian 12 machine to a passing test suite: installs
+# the Debian packages, starts a private PostgreSQL server for the store tests,
+# builds, and runs every Go test (real runsc, real PostgreSQL, real SQLite).
+# Extra arguments go to `go test` (e.g. -run TestName).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/install-deps.sh
+[ -x /usr/local/go/bin/go ] && export PATH=/usr/local/go/bin:$PATH
+./scripts/build.sh
+
+# A private PostgreSQL for this run, stopped on exit.
+pgbin=
+for d in /usr/lib/postgresql/*/bin /usr/local/bin /usr/bin; do
+  if [ -x "$d/initdb" ] && [ -x "$d/pg_ctl" ]; then pgbin=$d; break; fi
+done
+[ -n "$pgbin" ] || { echo "test: no PostgreSQL binaries found" >&2; exit 1; }
+pgdir=$(mktemp -d /tmp/airlock-pg.XXXXXX)
+chmod 755 "$pgdir"
+pguser=postgres
+id "$pguser" >/dev/null 2>&1 || useradd --system --no-create-home "$pguser"
+chown "$pguser" "$pgdir"
+port=$(( 25000 + RANDOM % 10000 ))
+as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u "$pguser" -- "$@"; else "$@"; fi; }
+as_pg "$pgbin/initdb" -D "$pgdir/data" -U airlock --auth=trust >/dev/null
+as_pg "$pgbin/pg_ctl" -D "$pgdir/data" -l "$pgdir/log" -w \
+  -o "-p $port -k $pgdir -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200" start >/dev/null
+cleanup() { as_pg "$pgbin/pg_ctl" -D "$pgdir/data" -m fast stop >/dev/null 2>&1 || true; rm -rf "$pgdir"; }
+trap cleanup EXIT
+export AIRLOCK_TEST_POSTGRES_URL="postgres://airlock@127.0.0.1:$port/postgres?sslmode=disable"
+echo "test: PostgreSQL $("$pgbin/postgres" --version | awk '{print $3}') on 127.0.0.1:$port"
+
+go vet ./...
+go test -count=1 -timeout 60m "$@" ./...
