@@ -348,9 +348,79 @@ func (a *Agent) move(req agentapi.Move) (agentapi.FileInfo, error) {
 		return agentapi.FileInfo{}, fmt.Errorf("create parent directories: %w", err)
 	}
 	if err := os.Rename(from, to); err != nil {
-		return agentapi.FileInfo{}, err
+		if !errors.Is(err, syscall.EXDEV) {
+			return agentapi.FileInfo{}, err
+		}
+		// Across filesystems (e.g. into the /tmp tmpfs): copy, then remove.
+		if err := copyTree(from, to); err != nil {
+			os.RemoveAll(to)
+			return agentapi.FileInfo{}, fmt.Errorf("move across filesystems: %w", err)
+		}
+		if err := os.RemoveAll(from); err != nil {
+			return agentapi.FileInfo{}, fmt.Errorf("move across filesystems: remove source: %w", err)
+		}
 	}
 	return a.stat(db, to)
+}
+
+// copyTree copies a file, symlink or directory tree with modes and owners.
+func copyTree(from, to string) error {
+	fi, err := os.Lstat(from)
+	if err != nil {
+		return err
+	}
+	st, _ := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case fi.Mode()&os.ModeSymlink != 0:
+		target, err := os.Readlink(from)
+		if err != nil {
+			return err
+		}
+		if err := os.Symlink(target, to); err != nil {
+			return err
+		}
+	case fi.IsDir():
+		if err := os.Mkdir(to, fi.Mode().Perm()); err != nil {
+			return err
+		}
+		entries, err := os.ReadDir(from)
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			if err := copyTree(filepath.Join(from, e.Name()), filepath.Join(to, e.Name())); err != nil {
+				return err
+			}
+		}
+	case fi.Mode().IsRegular():
+		src, err := os.Open(from)
+		if err != nil {
+			return err
+		}
+		defer src.Close()
+		dst, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fi.Mode().Perm())
+		if err != nil {
+			return err
+		}
+		if _, err := io.CopyBuffer(dst, src, make([]byte, 1<<20)); err != nil {
+			dst.Close()
+			return err
+		}
+		if err := dst.Close(); err != nil {
+			return err
+		}
+	default:
+		return errorf(errInvalid, "cannot move %s: not a regular file, directory or symlink", from)
+	}
+	if st != nil {
+		if err := os.Lchown(to, int(st.Uid), int(st.Gid)); err != nil {
+			return err
+		}
+	}
+	if fi.Mode()&os.ModeSymlink == 0 {
+		return os.Chmod(to, fi.Mode().Perm())
+	}
+	return nil
 }
 
 func (a *Agent) handleRemove(w http.ResponseWriter, r *http.Request) {

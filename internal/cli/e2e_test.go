@@ -39,7 +39,9 @@ func (e *liveEnv) run(inv invocation) (code int, stdout, stderr string) {
 	e.t.Helper()
 	var out, errb bytes.Buffer
 	env := map[string]string{"AIRLOCK_URL": e.url, "AIRLOCK_API_KEY": e.key}
-	ctx, cancel := context.WithTimeout(e.t.Context(), 5*time.Minute)
+	// Not t.Context(): cleanups run after it is cancelled and must still
+	// delete what the test created.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	code = Main(ctx, inv.args, Env{
 		Stdin: strings.NewReader(inv.stdin), Stdout: &out, Stderr: &errb,

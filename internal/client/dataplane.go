@@ -15,6 +15,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -321,6 +322,12 @@ func dataPlaneResponseError(res *http.Response) error {
 	return model.Errorf(kind, "%s", msg)
 }
 
+// dpSized is a request body of known length.
+type dpSized struct {
+	io.Reader
+	n int64
+}
+
 // FilesClient streams files to and from one sandbox over the data plane.
 // URL is the worker's data-plane base URL, or the sandbox's
 // (".../v1/sandboxes/{id}" or ".../v1/sandboxes/{id}/files", as the server's
@@ -380,6 +387,12 @@ func (f *FilesClient) do(ctx context.Context, method, op string, q url.Values, b
 	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {
 		return nil, fmt.Errorf("build request: %w", err)
+	}
+	if sz, ok := body.(dpSized); ok {
+		req.ContentLength = sz.n
+		if sz.n == 0 {
+			req.Body = http.NoBody
+		}
 	}
 	req.Header.Set("Authorization", "Bearer "+f.Token)
 	if contentType != "" {
@@ -442,6 +455,15 @@ func (f *FilesClient) Write(ctx context.Context, path string, r io.Reader, mode,
 	}
 	if owner != "" {
 		q.Set("owner", owner)
+	}
+	if fl, ok := r.(*os.File); ok {
+		// Send a Content-Length for a regular file (net/http only knows
+		// the length of in-memory readers).
+		if st, err := fl.Stat(); err == nil && st.Mode().IsRegular() {
+			if off, err := fl.Seek(0, io.SeekCurrent); err == nil && off <= st.Size() {
+				r = dpSized{io.LimitReader(fl, st.Size()-off), st.Size() - off}
+			}
+		}
 	}
 	res, err := f.do(ctx, http.MethodPut, "/content", q, r, "application/octet-stream")
 	if err != nil {

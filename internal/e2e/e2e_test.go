@@ -112,8 +112,8 @@ func TestCreateExecFilesDelete(t *testing.T) {
 	if _, err := c.WaitOperation(ctx, op.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.GetSandbox(ctx, sb.ID); !errors.Is(err, model.ErrNotFound) {
-		t.Errorf("get after delete: %v, want 404", err)
+	if got, err := c.GetSandbox(ctx, sb.ID); err != nil || got.State != model.StateDeleted {
+		t.Errorf("get after delete: %v %s, want the tombstone in state deleted", err, got.State)
 	}
 	if left := s.leftovers(sb.ID); len(left) > 0 {
 		t.Errorf("left behind after delete:\n%s", strings.Join(left, "\n"))
@@ -173,7 +173,7 @@ func TestInterleavedOutput(t *testing.T) {
 	sb := newSandbox(t, c, client.CreateSandboxRequest{})
 	script := `
 import sys
-for i in range(80000):
+for i in range(100000):
     sys.stdout.write("out %07d ..........................................\n" % i)
     sys.stderr.write("err %07d ,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,\n" % i)
     if i % 100 == 0:
@@ -181,7 +181,7 @@ for i in range(80000):
 `
 	r := run(t, c, sb.ID, client.CreateCommandRequest{Argv: []string{"python3", "-c", script}}, nil)
 	var wantOut, wantErr strings.Builder
-	for i := 0; i < 80000; i++ {
+	for i := 0; i < 100000; i++ {
 		fmt.Fprintf(&wantOut, "out %07d ..........................................\n", i)
 		fmt.Fprintf(&wantErr, "err %07d ,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,,\n", i)
 	}
@@ -498,22 +498,30 @@ func TestPathsStayInside(t *testing.T) {
 		os.Remove(hostPath + "-2")
 		t.Fatal("a write through a symlink landed on the host")
 	}
-	rc, err := f.Read(ctx, "/home/user/etc-link/hostname")
+	// Through a symlink to /etc, a file that exists only on the host is
+	// absent, and one that exists only inside is read.
+	hostOnly := "/etc/airlock-e2e-host-only"
+	os.WriteFile(hostOnly, []byte("host"), 0o644)
+	defer os.Remove(hostOnly)
+	if _, err := f.Stat(ctx, "/home/user/etc-link/airlock-e2e-host-only"); !errors.Is(err, model.ErrNotFound) {
+		t.Errorf("host-only file through a symlink: %v, want not found", err)
+	}
+	run(t, c, sb.ID, client.CreateCommandRequest{Argv: []string{"sh", "-c", "echo inside > /etc/inside-only"}, User: "root"}, nil)
+	rc, err := f.Read(ctx, "/home/user/etc-link/inside-only")
 	if err != nil {
 		t.Fatal(err)
 	}
 	b, _ := io.ReadAll(rc)
 	rc.Close()
-	hostHostname, _ := os.ReadFile("/etc/hostname")
-	if strings.TrimSpace(string(b)) == strings.TrimSpace(string(hostHostname)) && len(hostHostname) > 0 {
-		t.Errorf("read the host's /etc/hostname through a symlink: %q", b)
+	if string(b) != "inside\n" {
+		t.Errorf("inside-only file through a symlink: %q", b)
 	}
 	// The agent's channel directory is the only host path mounted in; nothing
 	// written there may reach the host.
 	f.Write(ctx, agentapi.ChannelDir+"/"+name, strings.NewReader("z"), "", "")
 	sh(t, c, sb.ID, "echo z > "+agentapi.ChannelDir+"/"+name+"-sh 2>/dev/null")
 	for _, p := range []string{name, name + "-sh"} {
-		matches, _ := filepath.Glob(filepath.Join(s.root, "worker", "run", sb.ID, "*", p))
+		matches, _ := filepath.Glob(filepath.Join(s.workerDir, "run", sb.ID, "*", p))
 		if len(matches) > 0 {
 			t.Errorf("a write to the channel dir reached the host: %v", matches)
 		}

@@ -24,7 +24,8 @@ import (
 
 // stack is one running Airlock: a server process and a worker process.
 type stack struct {
-	root        string // everything lives under here
+	root        string // server data, binaries and logs live under here
+	workerDir   string // the worker's --data-dir (shared with other packages' test caches)
 	bin         string // built binaries
 	db          string // --db for the server
 	workerToken string
@@ -68,18 +69,19 @@ func need(t *testing.T) *stack {
 }
 
 // cacheDir keeps runsc and the Debian layer between runs so only the first
-// run on a machine pays for them.
+// run on a machine pays for them. The setup and runtime tests use the same
+// directory; set-up takes a lock in it, so concurrent packages build once.
 func cacheDir() string {
 	if d := os.Getenv("AIRLOCK_TEST_CACHE"); d != "" {
 		return d
 	}
-	return "/var/tmp/airlock-test-cache/e2e"
+	return "/var/tmp/airlock-test-cache"
 }
 
 func startStack() (*stack, error) {
-	root := cacheDir()
-	s := &stack{root: root, bin: filepath.Join(root, "bin-under-test"), workerToken: "e2e-worker-token"}
-	for _, d := range []string{s.bin, filepath.Join(root, "server"), filepath.Join(root, "worker")} {
+	root := filepath.Join(cacheDir(), "e2e")
+	s := &stack{root: root, workerDir: cacheDir(), bin: filepath.Join(root, "bin"), workerToken: "e2e-worker-token"}
+	for _, d := range []string{s.bin, filepath.Join(root, "server"), s.workerDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
 		}
@@ -147,7 +149,7 @@ func (s *stack) startServer() error {
 
 func (s *stack) startWorker() error {
 	s.worker = exec.Command(filepath.Join(s.bin, "airlock"), "worker",
-		"--server", "http://"+s.serverAddr, "--data-dir", filepath.Join(s.root, "worker"),
+		"--server", "http://"+s.serverAddr, "--data-dir", s.workerDir,
 		"--data-listen", s.dataAddr, "--worker-token", s.workerToken, "--id", "w-e2e")
 	s.worker.Stdout, s.worker.Stderr = s.logs, s.logs
 	return s.worker.Start()
@@ -309,7 +311,10 @@ func sh(t *testing.T, c *client.Client, id, script string) result {
 
 // leftovers lists what remains on the host for sandbox id: processes, mounts,
 // cgroups, run directories.
-func (s *stack) leftovers(id string) []string {
+func (s *stack) leftovers(id string) []string { return leftoversIn(s.workerDir, id) }
+
+// leftoversIn is leftovers for a worker with data dir dir.
+func leftoversIn(dir, id string) []string {
 	var found []string
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
@@ -329,7 +334,7 @@ func (s *stack) leftovers(id string) []string {
 	for _, d := range cg {
 		found = append(found, "cgroup "+d)
 	}
-	matches, _ := filepath.Glob(filepath.Join(s.root, "worker", "*", id))
+	matches, _ := filepath.Glob(filepath.Join(dir, "*", id))
 	for _, d := range matches {
 		found = append(found, "dir "+d)
 	}

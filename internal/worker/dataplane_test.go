@@ -315,6 +315,26 @@ func TestDataPlane(t *testing.T) {
 		if _, err := fc.Write(ctx, dir+"/a/b/f.txt", strings.NewReader("hello"), "", "root"); err != nil {
 			t.Fatal(err)
 		}
+		// From an *os.File at an offset: only the rest is sent, with a length.
+		local := filepath.Join(t.TempDir(), "local")
+		if err := os.WriteFile(local, []byte("hello world"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		lf, err := os.Open(local)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lf.Close()
+		lf.Seek(6, io.SeekStart)
+		if fi, err := fc.Write(ctx, dir+"/a/w.txt", lf, "", "root"); err != nil || fi.Size != 5 {
+			t.Fatalf("write from file: %+v %v", fi, err)
+		}
+		if b, err := os.ReadFile(dir + "/a/w.txt"); err != nil || string(b) != "world" {
+			t.Fatalf("written from file: %q %v", b, err)
+		}
+		if err := fc.Remove(ctx, dir+"/a/w.txt", false); err != nil {
+			t.Fatal(err)
+		}
 		if _, err := fc.Move(ctx, dir+"/a/b/f.txt", dir+"/a/g.txt"); err != nil {
 			t.Fatal(err)
 		}
@@ -441,6 +461,23 @@ func TestWorkerLifecycleHost(t *testing.T) {
 	srv.waitObserved(ctx, "sbx-life-0004", model.StateDeleted)
 	if ids, _ := drv.List(ctx); slices.Contains(ids, "sbx-life-0004") {
 		t.Error("unassigned sandbox not deleted after restart")
+	}
+	// The dead one (0003) could not be adopted: removed from the runtime
+	// and reported failed, not restarted.
+	o = srv.waitObserved(ctx, "sbx-life-0003", model.StateFailed)
+	if !strings.Contains(o.Reason, "adopted") {
+		t.Errorf("reason after restart %q", o.Reason)
+	}
+	if ids, _ := drv.List(ctx); slices.Contains(ids, "sbx-life-0003") {
+		t.Error("unadoptable sandbox left in the runtime")
+	}
+
+	// Deleted while (or right after) starting: ends deleted, nothing left.
+	srv.assign("sbx-life-0005", "sha256:test", model.StateRunning)
+	srv.assign("sbx-life-0005", "sha256:test", model.StateDeleted)
+	srv.waitObserved(ctx, "sbx-life-0005", model.StateDeleted)
+	if ids, _ := drv.List(ctx); slices.Contains(ids, "sbx-life-0005") {
+		t.Error("sandbox deleted during start left in the runtime")
 	}
 }
 

@@ -45,6 +45,8 @@ const (
 	AdoptTimeout = 15 * time.Second
 	// StatusInterval is how often running sandboxes are checked for a dead runtime.
 	StatusInterval = 2 * time.Second
+	// DeleteRetryDelay spaces out retries of a failing delete.
+	DeleteRetryDelay = 5 * time.Second
 	// SyncWait is the long-poll duration asked of the server.
 	SyncWait = 25 * time.Second
 )
@@ -103,9 +105,11 @@ type sandbox struct {
 	state  model.SandboxState // starting, running, failed, deleting, deleted
 	reason string
 	busy   bool
-	env    map[string]string
-	handle runtime.Sandbox
-	agent  *agentclient.Client
+	// retryAt delays another delete after one failed.
+	retryAt time.Time
+	env     map[string]string
+	handle  runtime.Sandbox
+	agent   *agentclient.Client
 }
 
 // Worker runs sandboxes for one server.
@@ -475,7 +479,7 @@ func (w *Worker) reconcile(ctx context.Context, as []workerapi.Assignment) {
 				w.sandboxes[id] = &sandbox{id: id, state: model.StateDeleted}
 				continue
 			}
-			if sb.busy || sb.state == model.StateDeleted {
+			if sb.busy || sb.state == model.StateDeleted || time.Now().Before(sb.retryAt) {
 				continue
 			}
 			w.startDelete(ctx, sb)
@@ -499,7 +503,7 @@ func (w *Worker) reconcile(ctx context.Context, as []workerapi.Assignment) {
 		}
 	}
 	for id, sb := range w.sandboxes {
-		if assigned[id] || sb.busy || sb.state == model.StateDeleted {
+		if assigned[id] || sb.busy || sb.state == model.StateDeleted || time.Now().Before(sb.retryAt) {
 			continue
 		}
 		if first {
@@ -525,6 +529,7 @@ func (w *Worker) startDelete(ctx context.Context, sb *sandbox) {
 		if err != nil {
 			w.log.Error("delete sandbox", "sandbox", sb.id, "err", err)
 			sb.state, sb.reason = model.StateFailed, "delete failed: "+err.Error()
+			sb.retryAt = time.Now().Add(DeleteRetryDelay)
 		} else {
 			w.log.Info("deleted sandbox", "sandbox", sb.id)
 			sb.state, sb.reason = model.StateDeleted, ""

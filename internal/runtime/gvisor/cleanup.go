@@ -119,6 +119,12 @@ func sandboxPids(id string, cgroups []string) []int {
 		if err != nil || len(b) == 0 {
 			continue
 		}
+		// Only runsc's own processes (runsc, runsc-gofer, runsc-sandbox):
+		// anything else that merely names the id, such as a client running
+		// `airlock sandbox rm <id>`, is not ours to kill.
+		if argv0, _, _ := strings.Cut(string(b), "\x00"); !strings.HasPrefix(filepath.Base(argv0), "runsc") {
+			continue
+		}
 		for _, arg := range strings.Split(string(b), "\x00") {
 			if strings.Contains(arg, id) {
 				set[pid] = true

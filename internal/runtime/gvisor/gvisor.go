@@ -209,6 +209,9 @@ func (d *Driver) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Sandbo
 
 	args := append(d.globalArgs(),
 		"--host-uds=open",
+		// Loopback only: gVisor's netstack with just "lo". (With no netns
+		// path and --network=sandbox the guest would get no interface at all.)
+		"--network=none",
 		"--overlay2=root:dir="+filepath.Join(dir, "overlay"),
 		"run", "--detach", "--bundle", bundle, spec.ID)
 	cmd := exec.CommandContext(ctx, d.cfg.RunscPath, args...)

@@ -149,8 +149,8 @@ func buildSpec(spec runtime.Spec, cgroupParent, chanDir string) ociSpec {
 				CPU:    ociCPU{Quota: int64(spec.VCPUs) * cpuPeriod, Period: cpuPeriod},
 				Pids:   ociPids{Limit: pidsLimit},
 			},
-			// No network namespace path: runsc gives every sandbox its own
-			// network stack with only a loopback interface.
+			// No network namespace path: every sandbox gets its own, and
+			// --network=none gives it gVisor's netstack with only loopback.
 			Namespaces: []ociNamespace{
 				{Type: "pid"}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"}, {Type: "network"},
 			},

@@ -1,0 +1,38 @@
+package cli
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestLinksOnlyTheClient keeps the CLI a pure API client: no store, service,
+// controller, worker or runtime code may be linked into internal/cli (tests
+// may use them; they are not in this list).
+func TestLinksOnlyTheClient(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("needs the go command to list dependencies")
+	}
+	for _, pkg := range []string{".", "../bench"} {
+		out, err := exec.Command(goBin, "list", "-deps", pkg).Output()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v", pkg, err)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			rest, ok := strings.CutPrefix(dep, "github.com/airlock/airlock/internal/")
+			if !ok {
+				continue
+			}
+			switch strings.SplitN(rest, "/", 2)[0] {
+			case "cli", "bench", "client", "model", "agentapi":
+			case "api":
+				if rest != "api/apitypes" {
+					t.Errorf("%s links %s", pkg, dep)
+				}
+			default:
+				t.Errorf("%s links %s; the CLI must talk only to the API", pkg, dep)
+			}
+		}
+	}
+}
