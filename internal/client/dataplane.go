@@ -157,7 +157,7 @@ func RunCommand(ctx context.Context, attachURL, token string, stdin io.Reader, s
 		mu.Unlock()
 	}
 	if stdin != nil {
-		go runCommandStdin(ctx, stdin, func() (*CommandSession, int, chan struct{}) {
+		go dpPumpStdin(ctx, stdin, func() (*CommandSession, int, chan struct{}) {
 			mu.Lock()
 			defer mu.Unlock()
 			return cur, curGen, newSess
@@ -179,7 +179,7 @@ func RunCommand(ctx context.Context, attachURL, token string, stdin io.Reader, s
 			continue
 		}
 		setSession(s)
-		exit, done, progressed, err := pumpOutput(s, &offset, stdout, stderr)
+		exit, done, progressed, err := dpPumpOutput(s, &offset, stdout, stderr)
 		if done {
 			s.Close()
 			return exit, err
@@ -201,9 +201,9 @@ func RunCommand(ctx context.Context, attachURL, token string, stdin io.Reader, s
 	}
 }
 
-// pumpOutput copies frames until the exit (done), an error frame (done, with
+// dpPumpOutput copies frames until the exit (done), an error frame (done, with
 // err) or a broken connection (not done).
-func pumpOutput(s *CommandSession, offset *int64, stdout, stderr io.Writer) (exit agentapi.Exit, done, progressed bool, err error) {
+func dpPumpOutput(s *CommandSession, offset *int64, stdout, stderr io.Writer) (exit agentapi.Exit, done, progressed bool, err error) {
 	for {
 		kind, payload, err := s.Next()
 		if err != nil {
@@ -238,9 +238,9 @@ func pumpOutput(s *CommandSession, offset *int64, stdout, stderr io.Writer) (exi
 	}
 }
 
-// runCommandStdin copies stdin into the current session, retrying a chunk on
+// dpPumpStdin copies stdin into the current session, retrying a chunk on
 // the next session when the connection drops.
-func runCommandStdin(ctx context.Context, stdin io.Reader, current func() (*CommandSession, int, chan struct{})) {
+func dpPumpStdin(ctx context.Context, stdin io.Reader, current func() (*CommandSession, int, chan struct{})) {
 	buf := make([]byte, 256<<10)
 	send := func(do func(*CommandSession) error) bool {
 		lastGen := -1
@@ -345,7 +345,7 @@ func (f *FilesClient) endpoint(op string, q url.Values) (string, error) {
 	if !strings.Contains(base, "/v1/sandboxes/") {
 		sid := f.SandboxID
 		if sid == "" {
-			sid = sandboxFromToken(f.Token)
+			sid = dpSandboxFromToken(f.Token)
 		}
 		if sid == "" {
 			return "", model.Errorf(model.ErrInvalid, "files client: no sandbox id")
@@ -359,9 +359,9 @@ func (f *FilesClient) endpoint(op string, q url.Values) (string, error) {
 	return u, nil
 }
 
-// sandboxFromToken reads the sandbox id from a data-plane token's claims
+// dpSandboxFromToken reads the sandbox id from a data-plane token's claims
 // (without verifying it: the worker does that).
-func sandboxFromToken(tok string) string {
+func dpSandboxFromToken(tok string) string {
 	parts := strings.Split(tok, ".")
 	if len(parts) != 3 {
 		return ""

@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -90,7 +91,7 @@ func newLogger(level string) *slog.Logger {
 func up(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("airlock up", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:7070", "address of the API (control plane)")
-	dataListen := fs.String("data-listen", "127.0.0.1:0", "address of the worker's data plane (port 0: any free port)")
+	dataListen := fs.String("data-listen", "", "address of the worker's data plane (default: the API's port + 1, or any free port if that is taken)")
 	dataDir := fs.String("data-dir", DefaultDataDir(), "directory for the database, runsc, templates, sandboxes and keys")
 	deadline := fs.Duration("operation-deadline", 0, "how long a lifecycle operation may take (0: 30m)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
@@ -122,6 +123,15 @@ func up(ctx context.Context, args []string) error {
 		ln.Close()
 		return err
 	}
+	// Until this process's worker has registered, /healthz says so: a worker
+	// row left by the previous run may look alive but has a stale address.
+	var workerUp atomic.Bool
+	srv.svc.Ready = func(ctx context.Context) error {
+		if !workerUp.Load() {
+			return model.Errorf(model.ErrUnavailable, "the local worker is starting")
+		}
+		return srv.ctrl.Ready(ctx)
+	}
 	url := "http://" + ln.Addr().String()
 	errc := make(chan error, 2)
 	go func() { errc <- srv.serve(ctx, ln) }()
@@ -129,17 +139,26 @@ func up(ctx context.Context, args []string) error {
 	if err := ensureAdminKey(ctx, srv.svc, *dataDir, progress); err != nil {
 		return err
 	}
+	workerID, err := persistentID(filepath.Join(*dataDir, "worker.id"))
+	if err != nil {
+		return err
+	}
+	if *dataListen == "" {
+		*dataListen = nextPort(ln.Addr())
+	}
+	started := time.Now()
 	w, err := newWorker(ctx, workerOptions{
 		dataDir: *dataDir, serverURL: url, token: wt, dataListen: *dataListen,
-		id: "", log: log, progress: progress,
+		id: workerID, log: log, progress: progress,
 	})
 	if err != nil {
 		return err
 	}
 	go func() { errc <- w.Run(ctx) }()
-	if err := waitReady(ctx, srv.svc, errc); err != nil {
+	if err := waitReady(ctx, srv.ctrl, st, workerID, started, errc); err != nil {
 		return err
 	}
+	workerUp.Store(true)
 	fmt.Fprintf(progress, "ready: %s (admin key in %s)\n", url, filepath.Join(*dataDir, "admin.key"))
 	fmt.Printf("AIRLOCK_URL=%s\nAIRLOCK_API_KEY=%s\n", url, readTrim(filepath.Join(*dataDir, "admin.key")))
 	select {
@@ -446,13 +465,32 @@ func ensureAdminKey(ctx context.Context, svc *service.Service, dataDir string, p
 	return nil
 }
 
-// waitReady waits until the service can create sandboxes (a worker has
-// registered with a template), or a component fails.
-func waitReady(ctx context.Context, svc *service.Service, errc <-chan error) error {
-	t := time.NewTicker(50 * time.Millisecond)
+// nextPort is the address beside the API's: same host, port + 1, if free;
+// else any free port. A stable data-plane address keeps attach URLs valid
+// across restarts.
+func nextPort(api net.Addr) string {
+	ta, ok := api.(*net.TCPAddr)
+	if !ok {
+		return "127.0.0.1:0"
+	}
+	addr := net.JoinHostPort(ta.IP.String(), fmt.Sprint(ta.Port+1))
+	if l, err := net.Listen("tcp", addr); err == nil {
+		l.Close()
+		return addr
+	}
+	return net.JoinHostPort(ta.IP.String(), "0")
+}
+
+// waitReady waits until the service can create sandboxes and this process's
+// own worker has registered since it started (a heartbeat left by the
+// previous run must not count: its data-plane address may be stale), or a
+// component fails.
+func waitReady(ctx context.Context, ctrl *controller.Controller, st store.Store, workerID string, since time.Time, errc <-chan error) error {
+	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
 	for {
-		if err := svc.CheckReady(ctx); err == nil {
+		w, err := st.GetWorker(ctx, workerID)
+		if err == nil && w.LastHeartbeat.After(since) && ctrl.Ready(ctx) == nil {
 			return nil
 		}
 		select {

@@ -80,6 +80,9 @@ func TestUpAndCLI(t *testing.T) {
 		if err != nil && !errors.As(err, &ee) {
 			t.Fatalf("airlock %v: %v", args, err)
 		}
+		if code := cmd.ProcessState.ExitCode(); code != 0 {
+			t.Logf("airlock %v: exit %d: %s", args, code, errb.String())
+		}
 		return out.String(), cmd.ProcessState.ExitCode()
 	}
 	out, code := cli("", "sandbox", "create", "--json")

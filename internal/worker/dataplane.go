@@ -372,14 +372,9 @@ func (w *Worker) handleAttach(rw http.ResponseWriter, r *http.Request) {
 }
 
 // ensureProcess starts the command on its first attach and returns its info.
+// Starting first saves a round trip on the common path (the first attach);
+// a re-attach gets a conflict and reads the existing process instead.
 func ensureProcess(ctx context.Context, ac *agentclient.Client, c model.CommandSpec, sandboxEnv map[string]string) (agentapi.ProcessInfo, error) {
-	info, err := ac.GetProcess(ctx, c.ID)
-	if err == nil {
-		return info, nil
-	}
-	if !errors.Is(err, model.ErrNotFound) {
-		return info, fmt.Errorf("get process %s: %w", c.ID, err)
-	}
 	env := make(map[string]string, len(sandboxEnv)+len(c.Env))
 	for k, v := range sandboxEnv {
 		env[k] = v
@@ -387,10 +382,10 @@ func ensureProcess(ctx context.Context, ac *agentclient.Client, c model.CommandS
 	for k, v := range c.Env {
 		env[k] = v
 	}
-	info, err = ac.StartProcess(ctx, agentapi.ProcessSpec{
+	info, err := ac.StartProcess(ctx, agentapi.ProcessSpec{
 		ID: c.ID, Argv: c.Argv, Env: env, Cwd: c.Cwd, User: c.User, Stdin: c.Stdin, TimeoutS: c.TimeoutS,
 	})
-	if errors.Is(err, model.ErrConflict) { // a concurrent first attach won
+	if errors.Is(err, model.ErrConflict) { // a re-attach, or a concurrent first attach won
 		info, err = ac.GetProcess(ctx, c.ID)
 	}
 	if err != nil {

@@ -457,7 +457,7 @@ func TestWorkerLifecycleHost(t *testing.T) {
 	delete(srv.assignments, "sbx-life-0004")
 	srv.version++
 	srv.mu.Unlock()
-	startWorker(t, srv, drv, rootfs)
+	tw2 := startWorker(t, srv, drv, rootfs)
 	srv.waitObserved(ctx, "sbx-life-0004", model.StateDeleted)
 	if ids, _ := drv.List(ctx); slices.Contains(ids, "sbx-life-0004") {
 		t.Error("unassigned sandbox not deleted after restart")
@@ -470,6 +470,20 @@ func TestWorkerLifecycleHost(t *testing.T) {
 	}
 	if ids, _ := drv.List(ctx); slices.Contains(ids, "sbx-life-0003") {
 		t.Error("unadoptable sandbox left in the runtime")
+	}
+
+	// A running sandbox lost while no worker ran (say, a reboot) is reported
+	// gone, not started again empty.
+	srv.assign("sbx-life-0006", "sha256:test", model.StateRunning)
+	srv.waitObserved(ctx, "sbx-life-0006", model.StateRunning)
+	tw2.stop(t)
+	if err := drv.Delete(ctx, "sbx-life-0006"); err != nil {
+		t.Fatal(err)
+	}
+	startWorker(t, srv, drv, rootfs)
+	srv.waitObserved(ctx, "sbx-life-0006", model.StateDeleted)
+	if ids, _ := drv.List(ctx); slices.Contains(ids, "sbx-life-0006") {
+		t.Error("a lost sandbox was started again")
 	}
 
 	// Deleted while (or right after) starting: ends deleted, nothing left.

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"io"
 	mrand "math/rand/v2"
 	"os"
@@ -201,6 +202,33 @@ func TestWorkerGVisor(t *testing.T) {
 	}
 	if st, err := fc.Stat(ctx, "blob"); err != nil || st.Size != size {
 		t.Fatalf("file after restart: %+v %v", st, err)
+	}
+
+	// Pause: the data plane refuses while frozen; a restarted worker adopts
+	// the paused sandbox; resume brings back the same processes.
+	srv.assign(id, tmpl.Digest, model.StatePaused)
+	srv.waitObserved(ctx, id, model.StatePaused)
+	if _, err := fc.Stat(ctx, "blob"); !errors.Is(err, model.ErrUnavailable) {
+		t.Fatalf("stat while paused: %v, want unavailable", err)
+	}
+	tw2.stop(t)
+	tw3 := startWorker(t, srv, newDriver(), rootfsFor)
+	srv.waitRegistered(ctx, 3)
+	srv.mu.Lock()
+	o := srv.observed[id]
+	srv.mu.Unlock()
+	if o.State != model.StatePaused {
+		t.Fatalf("after restarting while paused: observed %+v", o)
+	}
+	srv.assign(id, tmpl.Digest, model.StateRunning)
+	srv.waitObserved(ctx, id, model.StateRunning)
+	fc.URL = tw3.w.DataPlaneURL()
+	cmds, err = fc.ListCommands(ctx)
+	if err != nil {
+		t.Fatalf("list commands after resume: %v", err)
+	}
+	if i := slices.IndexFunc(cmds, func(p agentapi.ProcessInfo) bool { return p.ID == "c-sleep" }); i < 0 || !cmds[i].Running {
+		t.Fatalf("detached process not running after pause, restart, resume: %+v", cmds)
 	}
 
 	srv.assign(id, tmpl.Digest, model.StateDeleted)

@@ -41,6 +41,7 @@ type fakeServer struct {
 	assignments map[string]workerapi.Assignment
 	observed    map[string]workerapi.Observed
 	registered  int
+	syncedSince bool // a sync arrived since the last registration
 	dataPlane   string
 }
 
@@ -83,6 +84,7 @@ func (f *fakeServer) handleRegister(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Lock()
 	f.registered++
+	f.syncedSince = false
 	f.dataPlane = req.DataPlaneURL
 	f.bump()
 	f.mu.Unlock()
@@ -101,11 +103,16 @@ func (f *fakeServer) handleSync(w http.ResponseWriter, r *http.Request) {
 	version, _ := strconv.ParseInt(r.URL.Query().Get("version"), 10, 64)
 	wait, _ := time.ParseDuration(r.URL.Query().Get("wait"))
 	f.mu.Lock()
-	changed := false
+	changed := !f.syncedSince
+	f.syncedSince = true
 	for _, o := range req.Observed {
 		if f.observed[o.SandboxID] != o {
 			f.observed[o.SandboxID] = o
 			changed = true
+		}
+		if a, ok := f.assignments[o.SandboxID]; ok && (o.State == model.StateRunning || o.State == model.StatePaused || o.State == model.StateFailed) {
+			a.Sandbox.State = o.State
+			f.assignments[o.SandboxID] = a
 		}
 		if o.State == model.StateDeleted {
 			// Like the real controller: a deleted sandbox is no longer assigned.
@@ -144,8 +151,13 @@ func (f *fakeServer) handleSync(w http.ResponseWriter, r *http.Request) {
 func (f *fakeServer) assign(id, digest string, desired model.SandboxState) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	state := model.StateStarting // like the controller: placed, not yet seen running
+	if a, ok := f.assignments[id]; ok {
+		state = a.Sandbox.State
+	}
 	f.assignments[id] = workerapi.Assignment{
-		Sandbox: model.Sandbox{ID: id, Template: "base", TemplateDigest: digest, Resources: model.Resources{VCPUs: 1, MemoryMiB: 512}},
+		Sandbox: model.Sandbox{ID: id, Template: "base", TemplateDigest: digest, State: state,
+			Resources: model.Resources{VCPUs: 1, MemoryMiB: 512}},
 		Desired: desired,
 	}
 	f.version++
@@ -171,14 +183,15 @@ func (f *fakeServer) waitObserved(ctx context.Context, id string, st model.Sandb
 	}
 }
 
-// waitRegistered waits until the worker registered n times.
+// waitRegistered waits until the worker registered n times and synced
+// after that (so it holds the signing key and has adopted its sandboxes).
 func (f *fakeServer) waitRegistered(ctx context.Context, n int) {
 	f.t.Helper()
 	for {
 		f.mu.Lock()
-		got, ch := f.registered, f.changed
+		got, synced, ch := f.registered, f.syncedSince, f.changed
 		f.mu.Unlock()
-		if got >= n {
+		if got >= n && synced {
 			return
 		}
 		select {
@@ -410,6 +423,7 @@ func startWorker(t testing.TB, srv *fakeServer, drv runtime.Driver, rootfs func(
 		Templates: func() ([]model.Template, error) {
 			return []model.Template{{Name: "base", Tag: "latest", Digest: "sha256:test"}}, nil
 		},
+		Logger: testLogger(),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -7,8 +7,10 @@
 // registration.
 //
 // Reconciliation is level triggered and per-sandbox serialized: at most one
-// action (start or delete) runs for a sandbox at a time, each in its own
-// goroutine, and every change of observed state triggers an immediate Sync.
+// action (start, delete, pause or resume) runs for a sandbox at a time, each
+// in its own goroutine, and every change of observed state triggers an
+// immediate Sync. Desired states: running, deleted, and paused when the
+// driver implements runtime.Pauser.
 // Stopping the worker (cancelling Run's context) leaves sandboxes running; a
 // new worker process on the same host adopts them.
 package worker
@@ -102,7 +104,7 @@ func (c *Config) Validate() error {
 // Worker.mu; busy marks an action in flight.
 type sandbox struct {
 	id     string
-	state  model.SandboxState // starting, running, failed, deleting, deleted
+	state  model.SandboxState // starting, running, paused, failed, deleting, deleted
 	reason string
 	busy   bool
 	// retryAt delays another delete after one failed.
@@ -271,7 +273,7 @@ func (w *Worker) adopt(ctx context.Context) {
 func (w *Worker) adoptOrDelete(ctx context.Context, id string) {
 	sb := &sandbox{id: id}
 	actx, cancel := context.WithTimeout(ctx, AdoptTimeout)
-	h, ac, err := w.adoptOne(actx, id)
+	h, ac, paused, err := w.adoptOne(actx, id)
 	cancel()
 	if err != nil {
 		w.log.Warn("cannot adopt sandbox; deleting it", "sandbox", id, "err", err)
@@ -280,33 +282,39 @@ func (w *Worker) adoptOrDelete(ctx context.Context, id string) {
 		}
 		sb.state, sb.reason = model.StateFailed, "sandbox could not be adopted after a worker restart"
 	} else {
-		w.log.Info("adopted sandbox", "sandbox", id)
+		w.log.Info("adopted sandbox", "sandbox", id, "paused", paused)
 		sb.state, sb.handle, sb.agent = model.StateRunning, h, ac
+		if paused {
+			sb.state = model.StatePaused
+		}
 	}
 	w.mu.Lock()
 	w.sandboxes[id] = sb
 	w.mu.Unlock()
 }
 
-func (w *Worker) adoptOne(ctx context.Context, id string) (runtime.Sandbox, *agentclient.Client, error) {
+func (w *Worker) adoptOne(ctx context.Context, id string) (_ runtime.Sandbox, _ *agentclient.Client, paused bool, _ error) {
 	st, err := w.cfg.Driver.Status(ctx, id)
 	if err != nil {
-		return nil, nil, fmt.Errorf("runtime status: %w", err)
+		return nil, nil, false, fmt.Errorf("runtime status: %w", err)
 	}
-	if st != runtime.StatusRunning {
-		return nil, nil, fmt.Errorf("runtime status is %s", st)
+	if st != runtime.StatusRunning && st != runtime.StatusPaused {
+		return nil, nil, false, fmt.Errorf("runtime status is %s", st)
 	}
 	h, err := w.cfg.Driver.Adopt(ctx, id)
 	if err != nil {
-		return nil, nil, fmt.Errorf("adopt runtime sandbox: %w", err)
+		return nil, nil, false, fmt.Errorf("adopt runtime sandbox: %w", err)
 	}
 	ac := newAgentClient(h)
+	if st == runtime.StatusPaused {
+		return h, ac, true, nil // the agent is frozen; it answers after resume
+	}
 	if err := ac.WaitReady(ctx); err != nil {
 		ac.Close()
 		h.Close()
-		return nil, nil, err
+		return nil, nil, false, err
 	}
-	return h, ac, nil
+	return h, ac, false, nil
 }
 
 // watchStatus marks running sandboxes whose runtime died as failed.
@@ -488,7 +496,17 @@ func (w *Worker) reconcile(ctx context.Context, as []workerapi.Assignment) {
 				if sb.env == nil {
 					sb.env = a.Sandbox.Env
 				}
+				if sb.state == model.StatePaused && !sb.busy && !time.Now().Before(sb.retryAt) {
+					w.startPause(ctx, sb, false)
+				}
 				continue // starting, running or failed: nothing to do
+			}
+			if st := a.Sandbox.State; st == model.StateRunning || st == model.StatePaused {
+				// It ran here and is gone (say, the host rebooted): report it
+				// gone rather than start an empty sandbox under its name.
+				w.sandboxes[id] = &sandbox{id: id, state: model.StateDeleted,
+					reason: "sandbox is gone from worker " + w.cfg.ID + " (lost across a restart)"}
+				continue
 			}
 			sb = &sandbox{id: id, state: model.StateStarting, env: a.Sandbox.Env, busy: true}
 			w.sandboxes[id] = sb
@@ -498,6 +516,10 @@ func (w *Worker) reconcile(ctx context.Context, as []workerapi.Assignment) {
 				defer w.actions.Done()
 				w.start(ctx, sb, a.Sandbox)
 			}()
+		case model.StatePaused:
+			if sb != nil && sb.state == model.StateRunning && !sb.busy && !time.Now().Before(sb.retryAt) {
+				w.startPause(ctx, sb, true)
+			}
 		default:
 			w.log.Warn("unsupported desired state", "sandbox", id, "desired", a.Desired)
 		}
@@ -533,6 +555,42 @@ func (w *Worker) startDelete(ctx context.Context, sb *sandbox) {
 		} else {
 			w.log.Info("deleted sandbox", "sandbox", sb.id)
 			sb.state, sb.reason = model.StateDeleted, ""
+		}
+		w.changed()
+	}()
+}
+
+// startPause freezes (pause) or thaws (!pause) sb; w.mu is held. A driver
+// without runtime.Pauser cannot: the sandbox stays as it is and a retry is
+// delayed.
+func (w *Worker) startPause(ctx context.Context, sb *sandbox, pause bool) {
+	p, ok := w.cfg.Driver.(runtime.Pauser)
+	if !ok {
+		w.log.Warn("runtime cannot pause sandboxes", "sandbox", sb.id, "runtime", w.cfg.Driver.Name())
+		sb.retryAt = time.Now().Add(time.Minute)
+		return
+	}
+	sb.busy = true
+	w.actions.Add(1)
+	go func() {
+		defer w.actions.Done()
+		var err error
+		if pause {
+			err = p.Pause(ctx, sb.id)
+		} else {
+			err = p.Resume(ctx, sb.id)
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		sb.busy = false
+		switch {
+		case err != nil:
+			w.log.Warn("pause or resume failed", "sandbox", sb.id, "pause", pause, "err", err)
+			sb.retryAt = time.Now().Add(DeleteRetryDelay)
+		case pause:
+			sb.state = model.StatePaused
+		default:
+			sb.state = model.StateRunning
 		}
 		w.changed()
 	}()
