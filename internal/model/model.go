@@ -96,7 +96,24 @@ type Sandbox struct {
 	UpdatedAt      time.Time         `json:"updated_at"`
 	LastActivityAt time.Time         `json:"last_activity_at"`
 	ExpiresAt      *time.Time        `json:"expires_at,omitempty"`
+
+	// Lifecycle (issue "Lifecycle"). IdleSuspendS is resolved at create from
+	// the request, the org, or DefaultIdleSuspend; 0 disables it.
+	IdleSuspendS int64 `json:"idle_suspend_after_s"`
+	// NoAutoWake opts out of waking a suspended sandbox on data-plane use.
+	NoAutoWake bool `json:"no_auto_wake,omitempty"`
+	// SnapshotID and SnapshotBytes describe the snapshot of a suspended
+	// sandbox (or the last one taken).
+	SnapshotID    string `json:"snapshot_id,omitempty"`
+	SnapshotBytes int64  `json:"snapshot_bytes,omitempty"`
+	// Pool is the template digest of the warm pool this sandbox waits in;
+	// empty once claimed (or for ordinary sandboxes).
+	Pool string `json:"pool,omitempty"`
 }
+
+// DefaultIdleSuspend is how long a sandbox may be idle before it is
+// suspended, unless its org or its create request says otherwise.
+const DefaultIdleSuspend = 6 * time.Hour
 
 // OperationState is where an asynchronous operation is.
 type OperationState string
@@ -122,6 +139,10 @@ const (
 	OpResume  OperationKind = "resume"
 	OpSuspend OperationKind = "suspend"
 	OpWake    OperationKind = "wake"
+	// Snapshot features (feature gate "snapshots").
+	OpCheckpoint OperationKind = "checkpoint"
+	OpRollback   OperationKind = "rollback"
+	OpFork       OperationKind = "fork"
 )
 
 // DefaultOperationDeadline is how long an operation may take before it fails.
@@ -147,7 +168,15 @@ type Org struct {
 	ID        string    `json:"id"`
 	Name      string    `json:"name"`
 	CreatedAt time.Time `json:"created_at"`
+	// Features are the org's feature gates, e.g. "snapshots"; admins set them.
+	Features []string `json:"features,omitempty"`
+	// IdleSuspendS overrides DefaultIdleSuspend for the org's sandboxes
+	// (nil: the default; 0: never).
+	IdleSuspendS *int64 `json:"idle_suspend_after_s,omitempty"`
 }
+
+// FeatureSnapshots gates checkpoints, rollback, fork and export/import.
+const FeatureSnapshots = "snapshots"
 
 // APIKey authenticates a caller as a member of one org. Only the hash of the
 // secret is stored.

@@ -21,6 +21,7 @@ var ErrNotFound = errors.New("runtime: sandbox not found")
 // Spec describes one sandbox to start.
 type Spec struct {
 	ID        string // unique, fixed length (runsc matches ids by prefix)
+	Runtime   string // driver name ("gvisor", "qemu"); Multi dispatches on it
 	RootFS    string // template root filesystem directory (read-only, shared)
 	VCPUs     int
 	MemoryMiB int
@@ -68,4 +69,21 @@ type Sandbox interface {
 type Pauser interface {
 	Pause(ctx context.Context, id string) error
 	Resume(ctx context.Context, id string) error
+}
+
+// Snapshotter is implemented by drivers that can write a sandbox's memory,
+// runtime state and filesystem changes to a directory and start a sandbox
+// from such a directory again (suspend/wake, checkpoints, forks).
+type Snapshotter interface {
+	// Checkpoint writes the state of sandbox id into dir, which exists and is
+	// empty. With leaveRunning the sandbox keeps running (a checkpoint);
+	// without it the guest is stopped afterwards and the caller releases the
+	// runtime with Delete (suspend). A failed Checkpoint must leave a sandbox
+	// that was running still running (or report it lost); what it wrote to
+	// dir is garbage the caller removes.
+	Checkpoint(ctx context.Context, id, dir string, leaveRunning bool) error
+	// Restore starts sandbox spec.ID from the state in dir (read only; the
+	// same dir may be restored several times, e.g. for forks). spec.ID must
+	// not exist in the driver.
+	Restore(ctx context.Context, spec Spec, dir string) (Sandbox, error)
 }

@@ -19,6 +19,8 @@
 package workerapi
 
 import (
+	"time"
+
 	"github.com/airlock/airlock/internal/model"
 )
 
@@ -42,8 +44,15 @@ type RegisterResponse struct {
 // Observed is what the worker sees of one sandbox.
 type Observed struct {
 	SandboxID string             `json:"sandbox_id"`
-	State     model.SandboxState `json:"state"` // starting, running, paused, deleted (= gone), failed
+	State     model.SandboxState `json:"state"` // starting, running, paused, suspending, suspended, waking, deleted (= gone), failed
 	Reason    string             `json:"reason,omitempty"`
+	// SnapshotID/SnapshotBytes name the complete, verified snapshot once the
+	// sandbox is suspended.
+	SnapshotID    string `json:"snapshot_id,omitempty"`
+	SnapshotBytes int64  `json:"snapshot_bytes,omitempty"`
+	// LastActivity is the last data-plane use (a command attached or running
+	// with a client attached, a file request); zero if none since start.
+	LastActivity time.Time `json:"last_activity,omitzero"`
 }
 
 // SyncRequest is a heartbeat with the observed state of every sandbox the
@@ -56,7 +65,8 @@ type SyncRequest struct {
 // Assignment is the desired state of one sandbox on this worker.
 type Assignment struct {
 	Sandbox model.Sandbox `json:"sandbox"`
-	// Desired is running or deleted (later: paused, suspended).
+	// Desired is running, paused, suspended or deleted. A suspended sandbox
+	// with Desired running is woken from Sandbox.SnapshotID.
 	Desired model.SandboxState `json:"desired"`
 }
 

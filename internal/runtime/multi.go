@@ -1,0 +1,160 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// Multi is a Driver over several drivers, one per runtime name: Start and
+// Restore pick the driver by Spec.Runtime ("" means Default); calls by id
+// go to whichever driver has the id.
+type Multi struct {
+	Drivers map[string]Driver
+	Default string
+}
+
+var (
+	_ Driver      = (*Multi)(nil)
+	_ Pauser      = (*Multi)(nil)
+	_ Snapshotter = (*Multi)(nil)
+)
+
+// Name lists the runtimes, default first.
+func (m *Multi) Name() string { return m.Default }
+
+// Names returns the runtime names, default first.
+func (m *Multi) Names() []string {
+	names := []string{m.Default}
+	for n := range m.Drivers {
+		if n != m.Default {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names[1:])
+	return names
+}
+
+func (m *Multi) pick(name string) (Driver, error) {
+	if name == "" {
+		name = m.Default
+	}
+	d, ok := m.Drivers[name]
+	if !ok {
+		return nil, fmt.Errorf("runtime %q is not available on this worker (have %v)", name, m.Names())
+	}
+	return d, nil
+}
+
+// owner finds the driver that has id.
+func (m *Multi) owner(ctx context.Context, id string) (Driver, error) {
+	for _, name := range m.Names() {
+		d := m.Drivers[name]
+		ids, err := d.List(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if slices.Contains(ids, id) {
+			return d, nil
+		}
+	}
+	return nil, ErrNotFound
+}
+
+func (m *Multi) Start(ctx context.Context, spec Spec) (Sandbox, error) {
+	d, err := m.pick(spec.Runtime)
+	if err != nil {
+		return nil, err
+	}
+	return d.Start(ctx, spec)
+}
+
+func (m *Multi) Adopt(ctx context.Context, id string) (Sandbox, error) {
+	d, err := m.owner(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return d.Adopt(ctx, id)
+}
+
+// Delete asks every driver: Delete is idempotent, and a half-created
+// sandbox may not be listed yet.
+func (m *Multi) Delete(ctx context.Context, id string) error {
+	var errs []error
+	for _, name := range m.Names() {
+		errs = append(errs, m.Drivers[name].Delete(ctx, id))
+	}
+	return errors.Join(errs...)
+}
+
+func (m *Multi) List(ctx context.Context) ([]string, error) {
+	var all []string
+	for _, name := range m.Names() {
+		ids, err := m.Drivers[name].List(ctx)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, ids...)
+	}
+	return all, nil
+}
+
+func (m *Multi) Status(ctx context.Context, id string) (Status, error) {
+	d, err := m.owner(ctx, id)
+	if errors.Is(err, ErrNotFound) {
+		return StatusGone, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return d.Status(ctx, id)
+}
+
+func (m *Multi) Pause(ctx context.Context, id string) error {
+	d, err := m.owner(ctx, id)
+	if err != nil {
+		return err
+	}
+	p, ok := d.(Pauser)
+	if !ok {
+		return fmt.Errorf("runtime %s cannot pause sandboxes", d.Name())
+	}
+	return p.Pause(ctx, id)
+}
+
+func (m *Multi) Resume(ctx context.Context, id string) error {
+	d, err := m.owner(ctx, id)
+	if err != nil {
+		return err
+	}
+	p, ok := d.(Pauser)
+	if !ok {
+		return fmt.Errorf("runtime %s cannot resume sandboxes", d.Name())
+	}
+	return p.Resume(ctx, id)
+}
+
+func (m *Multi) Checkpoint(ctx context.Context, id, dir string, leaveRunning bool) error {
+	d, err := m.owner(ctx, id)
+	if err != nil {
+		return err
+	}
+	s, ok := d.(Snapshotter)
+	if !ok {
+		return fmt.Errorf("runtime %s cannot snapshot sandboxes", d.Name())
+	}
+	return s.Checkpoint(ctx, id, dir, leaveRunning)
+}
+
+func (m *Multi) Restore(ctx context.Context, spec Spec, dir string) (Sandbox, error) {
+	d, err := m.pick(spec.Runtime)
+	if err != nil {
+		return nil, err
+	}
+	s, ok := d.(Snapshotter)
+	if !ok {
+		return nil, fmt.Errorf("runtime %s cannot restore sandboxes", d.Name())
+	}
+	return s.Restore(ctx, spec, dir)
+}
