@@ -75,3 +75,15 @@ type SyncResponse struct {
 	Version     int64        `json:"version"`
 	Assignments []Assignment `json:"assignments"`
 }
+
+// WakeRequest asks the server to wake (or resume) a sandbox because a
+// data-plane request arrived for it while it was suspended or paused:
+//
+//	POST /internal/v1/workers/{id}/wake  WakeRequest → 202 {"operation": model.Operation}
+//
+// 409 when the sandbox opted out of auto-wake (model.Sandbox.NoAutoWake) or
+// cannot be woken from its state; the worker then fails the data-plane
+// request with that message.
+type WakeRequest struct {
+	SandboxID string `json:"sandbox_id"`
+}
