@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 [ -x /usr/local/go/bin/go ] && export PATH=/usr/local/go/bin:$PATH
 ./scripts/build.sh
+# The E2B SDK suite's npm packages (pinned by test/e2b/package-lock.json).
+if command -v npm >/dev/null 2>&1; then npm ci --prefix test/e2b --no-audit --no-fund; fi
 
 # A private PostgreSQL for this run, stopped on exit.
 pgbin=

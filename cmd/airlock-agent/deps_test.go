@@ -2,12 +2,14 @@ package main
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
 
 // TestDeps keeps the agent static and small: only the standard library,
-// golang.org/x/sys and the agent's own packages may be linked.
+// golang.org/x/sys, the agent's own packages and its RPC runtime (connect-go
+// and protobuf, for the envd services) may be linked.
 func TestDeps(t *testing.T) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
@@ -18,17 +20,25 @@ func TestDeps(t *testing.T) {
 		t.Fatalf("go list -deps: %v\n%s", err, out)
 	}
 	allowed := map[string]bool{
-		"github.com/airlock/airlock/cmd/airlock-agent": true,
-		"github.com/airlock/airlock/internal/agent":    true,
-		"github.com/airlock/airlock/internal/agentapi": true,
+		"github.com/airlock/airlock/cmd/airlock-agent":   true,
+		"github.com/airlock/airlock/internal/agent":      true,
+		"github.com/airlock/airlock/internal/agentapi":   true,
+		"github.com/airlock/airlock/internal/agent/envd": true,
+		"connectrpc.com/connect":                         true,
+	}
+	allowedPrefixes := []string{
+		"golang.org/x/sys/",
+		"connectrpc.com/connect/internal/",
+		"google.golang.org/protobuf/",
+		"github.com/airlock/airlock/internal/envdpb/",
 	}
 	var seen int
 	for _, pkg := range strings.Fields(string(out)) {
 		seen++
-		if allowed[pkg] || strings.HasPrefix(pkg, "golang.org/x/sys/") {
+		if allowed[pkg] || slices.ContainsFunc(allowedPrefixes, func(p string) bool { return strings.HasPrefix(pkg, p) }) {
 			continue
 		}
-		t.Errorf("airlock-agent depends on %s; only the standard library, golang.org/x/sys and internal/{agent,agentapi} are allowed", pkg)
+		t.Errorf("airlock-agent depends on %s; only the standard library, golang.org/x/sys, connect-go, protobuf and internal/{agent,agent/envd,agentapi,envdpb} are allowed", pkg)
 	}
 	if seen < 3 {
 		t.Fatalf("go list found only %d non-standard packages (%q); expected at least the agent's own", seen, out)

@@ -1,6 +1,8 @@
 // Command airlock-agent is PID 1 inside every sandbox. It dials the host over
 // the sandbox's private channel and serves the agentapi contract (HTTP/2
-// without TLS) on every connection it dials; it never listens.
+// without TLS) on every connection it dials; it never listens. The same
+// connections carry E2B's envd API under /envd/, an HTTP proxy to ports
+// inside the sandbox under /ports/{port}/, and CONNECT tunnels to them.
 package main
 
 import (
@@ -9,11 +11,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/airlock/airlock/internal/agent"
+	"github.com/airlock/airlock/internal/agent/envd"
 	"github.com/airlock/airlock/internal/agentapi"
 )
 
@@ -51,10 +55,15 @@ func main() {
 	}
 
 	a := agent.New(agent.Config{Logger: log, MaxOutput: *maxOutput})
+	a.Handle(agentapi.EnvdPrefix+"/", http.StripPrefix(agentapi.EnvdPrefix, envd.New(a, envd.Config{Logger: log})))
+	a.Handle(agentapi.PortsPrefix, envd.Ports())
 	var d net.Dialer
-	dial := func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "unix", *channel) }
+	var dial agent.Dialer = func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "unix", *channel) }
+	if vmDial, ok := vmMode(log); ok { // qemu sandbox: serve on virtio-serial
+		dial, *spare, *channel = vmDial, 1, "virtio-serial:"+agent.VMPortName
+	}
 	log.Info("airlock-agent starting", "channel", *channel, "pid", os.Getpid(), "version", agentapi.Version)
-	if err := agent.Serve(ctx, dial, *spare, a, log); err != nil {
+	if err := agent.Serve(ctx, dial, *spare, envd.Tunnel(a), log); err != nil {
 		log.Error("serve", "err", err)
 		os.Exit(1)
 	}

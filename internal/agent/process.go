@@ -127,6 +127,13 @@ type process struct {
 	stdinMu sync.Mutex
 	stdin   *os.File // nil: none or closed
 
+	// Set by Exec (in-process services) before launch.
+	tag     string
+	env     map[string]string // the caller's environment, as asked
+	cwd     string
+	ptySize *Winsize // non-nil: the process runs on a terminal; stdin is its master
+	forget  func()   // called once the process has finished
+
 	mu        sync.Mutex
 	status    *syscall.WaitStatus
 	openPipes int
@@ -191,6 +198,9 @@ func (p *process) finishLocked(exit agentapi.Exit) {
 	p.finished, p.exit, p.ended = true, exit, time.Now().UTC()
 	p.out.finish(exit)
 	go p.closeStdin() // not under p.mu: a stdin writer may hold stdinMu
+	if p.forget != nil {
+		go p.forget()
+	}
 }
 
 func (p *process) closeStdin() {
@@ -259,6 +269,12 @@ func parseSignal(s string) (syscall.Signal, error) {
 // start validates spec and starts the process. A program that cannot be
 // started still yields a process record that is finished with an Exit.Error.
 func (a *Agent) start(spec agentapi.ProcessSpec) (*process, error) {
+	return a.startWith(spec, func(*process) {})
+}
+
+// startWith is start with a hook that sets extra fields on the new process
+// before it is launched.
+func (a *Agent) startWith(spec agentapi.ProcessSpec, setup func(*process)) (*process, error) {
 	if spec.ID == "" {
 		return nil, errorf(errInvalid, "process id is required")
 	}
@@ -307,6 +323,7 @@ func (a *Agent) start(spec agentapi.ProcessSpec) (*process, error) {
 		return nil, errorf(errConflict, "process %s already exists", spec.ID)
 	}
 	p := &process{id: spec.ID, argv: spec.Argv, started: time.Now().UTC(), out: newOutputLog(a.cfg.MaxOutput)}
+	setup(p)
 	a.procs[spec.ID] = p
 
 	fail := func(code int, err error) (*process, error) {
@@ -331,6 +348,9 @@ func (a *Agent) start(spec agentapi.ProcessSpec) (*process, error) {
 
 // launch creates the pipes and forks the process.
 func (a *Agent) launch(p *process, spec agentapi.ProcessSpec, u user, path string, env []string, cwd string) error {
+	if p.ptySize != nil {
+		return a.launchPTY(p, spec, u, path, env, cwd)
+	}
 	var closeAfter []*os.File
 	defer func() {
 		for _, f := range closeAfter {

@@ -31,6 +31,15 @@
 //	POST   /files/move         Move         → 200 FileInfo
 //	DELETE /files?path=P&recursive=1        → 204
 //
+// The same connections also carry (served by internal/agent/envd):
+//
+//	/envd/…                 E2B's envd API with envd's own paths after the prefix:
+//	                        Connect-RPC /envd/process.Process/*, /envd/filesystem.Filesystem/*,
+//	                        and /envd/files, /envd/health, /envd/envs, /envd/init, /envd/metrics
+//	/ports/{port}/…         HTTP reverse proxy to 127.0.0.1:{port} inside the sandbox
+//	CONNECT 127.0.0.1:{port}  (HTTP/2 CONNECT, :authority = the address) a raw TCP tunnel to that
+//	                        port: request body → port, port → response body (WebSocket, any TCP)
+//
 // Relative paths resolve against the home directory of the default user.
 package agentapi
 
@@ -40,6 +49,12 @@ import (
 	"fmt"
 	"io"
 	"time"
+)
+
+// Path prefixes of the envd API and the port proxy on the agent channel.
+const (
+	EnvdPrefix  = "/envd"
+	PortsPrefix = "/ports/"
 )
 
 // Version is the agent protocol version reported by /health.

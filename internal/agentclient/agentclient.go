@@ -320,3 +320,24 @@ func (c *Client) Remove(ctx context.Context, path string, recursive bool) error 
 	resp.Body.Close()
 	return nil
 }
+
+// Do sends req to the agent as is (its URL's path and query are kept; the
+// scheme and host are the agent's) and returns the raw response, whatever
+// its status. The data plane uses it to forward envd and port traffic. A
+// CONNECT request keeps its Host (the authority, "127.0.0.1:<port>"): the
+// response body and the request body are then a tunnel to that port.
+func (c *Client) Do(req *http.Request) (*http.Response, error) {
+	out := req.Clone(req.Context())
+	u := *req.URL
+	u.Scheme, u.Host = "http", "agent"
+	out.URL = &u
+	if req.Method != http.MethodConnect || out.Host == "" {
+		out.Host = "agent"
+	}
+	out.RequestURI = ""
+	resp, err := c.tr.RoundTrip(out)
+	if err != nil {
+		return nil, fmt.Errorf("agent %s %s: %w", req.Method, req.URL.Path, err)
+	}
+	return resp, nil
+}

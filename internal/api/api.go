@@ -57,6 +57,10 @@ var routes = []route{
 	{"GET", "/v1/sandboxes/{id}", true, (*server).getSandbox},
 	{"DELETE", "/v1/sandboxes/{id}", true, (*server).deleteSandbox},
 	{"GET", "/v1/sandboxes/{id}/events", true, (*server).sandboxEvents},
+	{"POST", "/v1/sandboxes/{id}/pause", true, (*server).pauseSandbox},
+	{"POST", "/v1/sandboxes/{id}/resume", true, (*server).resumeSandbox},
+	{"POST", "/v1/sandboxes/{id}/suspend", true, (*server).suspendSandbox},
+	{"POST", "/v1/sandboxes/{id}/wake", true, (*server).wakeSandbox},
 	{"POST", "/v1/sandboxes/{id}/commands", true, (*server).createCommand},
 	{"GET", "/v1/sandboxes/{id}/commands", true, (*server).listCommands},
 	{"POST", "/v1/sandboxes/{id}/files/session", true, (*server).filesSession},
@@ -65,7 +69,12 @@ var routes = []route{
 	{"GET", "/v1/templates", true, (*server).listTemplates},
 	{"POST", "/v1/orgs", true, (*server).createOrg},
 	{"GET", "/v1/orgs", true, (*server).listOrgs},
+	{"GET", "/v1/orgs/{id}", true, (*server).getOrg},
+	{"PATCH", "/v1/orgs/{id}", true, (*server).updateOrg},
 	{"POST", "/v1/orgs/{id}/keys", true, (*server).createKey},
+	{"GET", "/v1/pools", true, (*server).listPools},
+	{"PUT", "/v1/pools/{template}", true, (*server).setPool},
+	{"DELETE", "/v1/pools/{template}", true, (*server).deletePool},
 }
 
 // New returns the handler of the native API.

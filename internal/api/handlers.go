@@ -179,7 +179,7 @@ func (s *server) createKey(w http.ResponseWriter, r *http.Request, p service.Pri
 	if err := decode(w, r, &req, true); err != nil {
 		return err
 	}
-	key, secret, err := s.svc.CreateKey(r.Context(), p, r.PathValue("id"), req.Name, req.Admin)
+	key, secret, err := s.svc.CreateKeyWith(r.Context(), p, r.PathValue("id"), service.KeyOptions{Name: req.Name, Admin: req.Admin, E2B: req.E2B})
 	if err != nil {
 		return err
 	}

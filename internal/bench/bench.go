@@ -1,8 +1,10 @@
 // Package bench measures an Airlock installation through its public API, the
 // way a user experiences it, and reports the numbers as JSON: create →
-// first-exec latency (sequential and concurrent), exec round trip, file
-// write/read throughput, and the raw `runsc do true` baseline measured in
-// the same run so the overhead of the platform over the runtime is visible.
+// first-exec latency (sequential, concurrent and from a warm pool), exec
+// round trip, file write/read throughput, pause/resume latency,
+// suspend/wake latency with dirtied memory, and the raw `runsc do true`
+// baseline measured in the same run so the overhead of the platform over
+// the runtime is visible.
 // Every sandbox it creates is deleted before Run returns, also on error or
 // cancellation.
 package bench
@@ -18,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -50,8 +53,27 @@ type Config struct {
 	// says why).
 	Runsc    string
 	RunscWhy string
+	// LifecycleRuns is how many pause and resume round trips to time
+	// (default 20).
+	LifecycleRuns int
+	// SuspendRuns is how many suspend and wake round trips to time per
+	// dirtied size (default 5); SuspendMiB are the sizes (default 16, 256).
+	SuspendRuns int
+	SuspendMiB  []int
+	// PoolSize is the warm pool the warm-create measurement configures
+	// (default 3, at least 3) and PoolRuns how many claims it times
+	// (default 10). It needs an operator key.
+	PoolSize int
+	PoolRuns int
+	// Only restricts the run to these groups (see Groups; nil: all).
+	Only []string
 	// Progress receives one line per step (nil: discarded).
 	Progress io.Writer
+}
+
+// wants reports whether group g is to be measured.
+func (c *Config) wants(g string) bool {
+	return len(c.Only) == 0 || slices.Contains(c.Only, g)
 }
 
 func (c *Config) defaults() {
@@ -72,6 +94,19 @@ func (c *Config) defaults() {
 	}
 	if c.Template == "" {
 		c.Template = "base"
+	}
+	if c.LifecycleRuns <= 0 {
+		c.LifecycleRuns = 20
+	}
+	if c.SuspendRuns <= 0 {
+		c.SuspendRuns = 5
+	}
+	if len(c.SuspendMiB) == 0 {
+		c.SuspendMiB = []int{16, 256}
+	}
+	c.PoolSize = max(c.PoolSize, 3)
+	if c.PoolRuns <= 0 {
+		c.PoolRuns = 10
 	}
 	if c.Progress == nil {
 		c.Progress = io.Discard
@@ -99,17 +134,26 @@ type Environment struct {
 	OS        string `json:"os"`
 	Arch      string `json:"arch"`
 	Runtime   string `json:"runtime"`
-	APIURL    string `json:"api_url,omitempty"`
-	Date      string `json:"date"` // RFC 3339, UTC
+	// RuntimeUsed is the runtime the server gave the bench's sandboxes
+	// (from the sandboxes themselves).
+	RuntimeUsed string `json:"runtime_used,omitempty"`
+	APIURL      string `json:"api_url,omitempty"`
+	Date        string `json:"date"` // RFC 3339, UTC
 }
 
 // Parameters echo the configuration.
 type Parameters struct {
-	Sandboxes      int   `json:"sandboxes"`
-	Concurrency    int   `json:"concurrency"`
-	ExecIterations int   `json:"exec_iterations"`
-	FileBytes      int64 `json:"file_bytes"`
-	FileRuns       int   `json:"file_runs"`
+	Sandboxes      int      `json:"sandboxes"`
+	Concurrency    int      `json:"concurrency"`
+	ExecIterations int      `json:"exec_iterations"`
+	FileBytes      int64    `json:"file_bytes"`
+	FileRuns       int      `json:"file_runs"`
+	LifecycleRuns  int      `json:"lifecycle_runs"`
+	SuspendRuns    int      `json:"suspend_runs"`
+	SuspendMiB     []int    `json:"suspend_mib"`
+	PoolSize       int      `json:"pool_size"`
+	PoolRuns       int      `json:"pool_runs"`
+	Groups         []string `json:"groups"`
 }
 
 // Measurement is one measured quantity: statistics, or why it is absent.
@@ -119,6 +163,7 @@ type Measurement struct {
 	Command     string `json:"command,omitempty"` // for the runsc baseline
 	Missing     bool   `json:"missing,omitempty"`
 	Error       string `json:"error,omitempty"`
+	Note        string `json:"note,omitempty"`
 }
 
 // Measurement names in Report.Measurements.
@@ -137,10 +182,13 @@ const (
 func Run(ctx context.Context, cfg Config) (Report, error) {
 	cfg.defaults()
 	b := &bencher{cfg: cfg, live: map[string]bool{}}
+	groups := slices.DeleteFunc(slices.Clone(Groups), func(g string) bool { return !cfg.wants(g) })
 	rep := Report{
 		Environment: environment(cfg),
 		Parameters: Parameters{Sandboxes: cfg.Sandboxes, Concurrency: cfg.Concurrency,
-			ExecIterations: cfg.ExecIterations, FileBytes: cfg.FileBytes, FileRuns: cfg.FileRuns},
+			ExecIterations: cfg.ExecIterations, FileBytes: cfg.FileBytes, FileRuns: cfg.FileRuns,
+			LifecycleRuns: cfg.LifecycleRuns, SuspendRuns: cfg.SuspendRuns, SuspendMiB: cfg.SuspendMiB,
+			PoolSize: cfg.PoolSize, PoolRuns: cfg.PoolRuns, Groups: groups},
 		Measurements: map[string]Measurement{},
 		Ratios:       map[string]float64{},
 	}
@@ -148,7 +196,11 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 
 	record := func(name, desc string, st *Stats, err error) {
 		m := Measurement{Stats: st, Description: desc}
-		if err != nil {
+		var skip errSkip
+		switch {
+		case errors.As(err, &skip):
+			m.Stats, m.Missing, m.Error = nil, true, skip.why
+		case err != nil:
 			m.Stats = nil
 			m.Error = err.Error()
 			rep.Errors = append(rep.Errors, name+": "+err.Error())
@@ -157,26 +209,70 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 
 	// The baseline first, while the machine is quiet.
-	rep.Measurements[MRunscDo] = b.runscDo(ctx)
-
-	st, err := b.createToFirstExec(ctx, 1)
-	record(MCreateSequential, fmt.Sprintf("create a sandbox, wait for its create operation, run `true` in it; %d sandboxes one after another (ms)", cfg.Sandboxes), st, err)
-	if ctx.Err() == nil {
-		st, err = b.createToFirstExec(ctx, cfg.Concurrency)
-		record(MCreateConcurrent, fmt.Sprintf("as sequential, %d sandboxes in rounds of %d started at once (ms)", cfg.Sandboxes, cfg.Concurrency), st, err)
+	if cfg.wants(GroupRunsc) {
+		rep.Measurements[MRunscDo] = b.runscDo(ctx)
 	}
-	if ctx.Err() == nil {
+
+	if cfg.wants(GroupCreate) {
+		st, err := b.createToFirstExec(ctx, 1)
+		record(MCreateSequential, fmt.Sprintf("create a sandbox, wait for its create operation, run `true` in it; %d sandboxes one after another (ms)", cfg.Sandboxes), st, err)
+		if ctx.Err() == nil {
+			st, err = b.createToFirstExec(ctx, cfg.Concurrency)
+			record(MCreateConcurrent, fmt.Sprintf("as sequential, %d sandboxes in rounds of %d started at once (ms)", cfg.Sandboxes, cfg.Concurrency), st, err)
+		}
+	}
+	if ctx.Err() == nil && cfg.wants(GroupExec) {
 		execSt, wSt, rSt, errs := b.inOneSandbox(ctx)
 		record(MExecRoundTrip, fmt.Sprintf("create + attach + exit of `true` in a running sandbox, %d times (ms)", cfg.ExecIterations), execSt, errs[0])
 		record(MWriteThroughput, fmt.Sprintf("write a %d-byte file into the sandbox, %d times (MB/s, MB = 10^6 bytes)", cfg.FileBytes, cfg.FileRuns), wSt, errs[1])
 		record(MReadThroughput, fmt.Sprintf("read the %d-byte file back, %d times (MB/s)", cfg.FileBytes, cfg.FileRuns), rSt, errs[2])
 	}
+	if ctx.Err() == nil && cfg.wants(GroupLifecycle) {
+		p, r, err := b.pauseResume(ctx)
+		record(MPause, fmt.Sprintf("pause a running sandbox and wait for its operation, %d times (ms)", cfg.LifecycleRuns), p, err)
+		record(MResume, fmt.Sprintf("resume the paused sandbox and wait for its operation, %d times (ms)", cfg.LifecycleRuns), r, err)
+	}
+	if cfg.wants(GroupSuspend) {
+		for _, mib := range cfg.SuspendMiB {
+			if ctx.Err() != nil {
+				break
+			}
+			s, w, snap, err := b.suspendWake(ctx, mib)
+			sfx := fmt.Sprintf("%dmib", mib)
+			record(MSuspendPrefix+sfx, fmt.Sprintf("suspend a sandbox (%d MiB memory) in which a process dirtied %d MiB and wait for its operation, %d times (ms)", SuspendMemoryMiB(mib), mib, cfg.SuspendRuns), s, err)
+			record(MWakePrefix+sfx, fmt.Sprintf("wake it and wait for its operation, %d times; the process's RSS is checked after each wake (ms)", cfg.SuspendRuns), w, err)
+			if snap > 0 {
+				for _, n := range []string{MSuspendPrefix + sfx, MWakePrefix + sfx} {
+					m := rep.Measurements[n]
+					m.Note = fmt.Sprintf("last snapshot: %d bytes", snap)
+					rep.Measurements[n] = m
+				}
+			}
+		}
+	}
+	if ctx.Err() == nil && cfg.wants(GroupPool) {
+		st, claimed, err := b.warmPool(ctx)
+		record(MWarmCreate, fmt.Sprintf("with a warm pool of %d for the template, full before each run: create, run `true`; %d times (ms)", cfg.PoolSize, cfg.PoolRuns), st, err)
+		if st != nil {
+			m := rep.Measurements[MWarmCreate]
+			m.Note = fmt.Sprintf("%d of %d creates were served from the pool", claimed, cfg.PoolRuns)
+			rep.Measurements[MWarmCreate] = m
+		}
+	}
+	b.mu.Lock()
+	rep.Environment.RuntimeUsed = b.runtimeUsed
+	b.mu.Unlock()
 
 	if seq, base := rep.Measurements[MCreateSequential], rep.Measurements[MRunscDo]; seq.Stats != nil && base.Stats != nil && base.P50 > 0 {
 		rep.Ratios["create_to_first_exec_p50_over_runsc_do_p50"] = round3(seq.P50 / base.P50)
 	}
 	if conc, base := rep.Measurements[MCreateConcurrent], rep.Measurements[MRunscDo]; conc.Stats != nil && base.Stats != nil && base.P50 > 0 {
 		rep.Ratios["create_to_first_exec_concurrent_p50_over_runsc_do_p50"] = round3(conc.P50 / base.P50)
+	}
+	if warm, cold := rep.Measurements[MWarmCreate], rep.Measurements[MCreateSequential]; warm.Stats != nil && cold.Stats != nil {
+		if r, ok := Ratio(warm.P50, cold.P50); ok {
+			rep.Ratios["create_to_first_exec_warm_pool_p50_over_sequential_p50"] = r
+		}
 	}
 	if ctx.Err() != nil {
 		return rep, fmt.Errorf("bench interrupted: %w", ctx.Err())
@@ -206,9 +302,35 @@ func environment(cfg Config) Environment {
 
 // bencher holds the sandboxes alive so cleanup can delete them.
 type bencher struct {
-	cfg  Config
-	mu   sync.Mutex
-	live map[string]bool
+	cfg         Config
+	mu          sync.Mutex
+	live        map[string]bool
+	runtimeUsed string
+}
+
+// request is the create request of every sandbox the bench makes.
+func (b *bencher) request() apitypes.CreateSandboxRequest {
+	return apitypes.CreateSandboxRequest{Template: b.cfg.Template, Runtime: b.cfg.Runtime}
+}
+
+// track remembers a created sandbox for cleanup and its runtime for the
+// report.
+func (b *bencher) track(sb model.Sandbox) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.live[sb.ID] = true
+	if sb.Runtime != "" && !strings.Contains(b.runtimeUsed, sb.Runtime) {
+		if b.runtimeUsed != "" {
+			b.runtimeUsed += ","
+		}
+		b.runtimeUsed += sb.Runtime
+	}
+}
+
+func (b *bencher) deleteLogged(ctx context.Context, id string) {
+	if err := b.delete(ctx, id); err != nil {
+		b.progress("%v", err)
+	}
 }
 
 func (b *bencher) progress(format string, args ...any) {
@@ -216,13 +338,10 @@ func (b *bencher) progress(format string, args ...any) {
 }
 
 // create creates a sandbox and waits until it runs.
-func (b *bencher) create(ctx context.Context) (string, error) {
-	req := apitypes.CreateSandboxRequest{Template: b.cfg.Template, Runtime: b.cfg.Runtime}
+func (b *bencher) create(ctx context.Context, req apitypes.CreateSandboxRequest) (string, error) {
 	sb, op, err := b.cfg.Client.CreateSandbox(ctx, req, "")
 	if sb.ID != "" {
-		b.mu.Lock()
-		b.live[sb.ID] = true
-		b.mu.Unlock()
+		b.track(sb)
 	}
 	if err != nil {
 		return "", fmt.Errorf("create sandbox: %w", err)
@@ -323,7 +442,7 @@ func (b *bencher) createToFirstExec(ctx context.Context, parallel int) (*Stats, 
 		for i := range n {
 			wg.Go(func() {
 				t0 := time.Now()
-				id, err := b.create(ctx)
+				id, err := b.create(ctx, b.request())
 				ids[i] = id
 				if err == nil {
 					err = b.runTrue(ctx, id)
@@ -353,7 +472,7 @@ func (b *bencher) createToFirstExec(ctx context.Context, parallel int) (*Stats, 
 
 // inOneSandbox measures exec round trips and file throughput in one sandbox.
 func (b *bencher) inOneSandbox(ctx context.Context) (execSt, writeSt, readSt *Stats, errs [3]error) {
-	id, err := b.create(ctx)
+	id, err := b.create(ctx, b.request())
 	if err != nil {
 		errs = [3]error{err, err, err}
 		return

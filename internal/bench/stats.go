@@ -78,3 +78,12 @@ func MBps(n int64, d time.Duration) float64 {
 }
 
 func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
+
+// Ratio is a/b rounded to three decimals; ok is false when either is not a
+// positive finite number.
+func Ratio(a, b float64) (float64, bool) {
+	if !(a > 0) || !(b > 0) || math.IsInf(a, 0) || math.IsInf(b, 0) {
+		return 0, false
+	}
+	return round3(a / b), true
+}

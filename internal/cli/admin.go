@@ -83,12 +83,13 @@ var orgCreateCmd = &command{
 
 var keyCreateCmd = &command{
 	name:    "key create",
-	args:    "--org <org-id> [--name N] [--admin] [--json]",
+	args:    "--org <org-id> [--name N] [--admin] [--e2b] [--json]",
 	summary: "create an API key in an org (admin key only); prints the secret, shown only once",
 	setup: func(fs *flag.FlagSet) func(context.Context, *runner, []string) error {
 		org := fs.String("org", "", "the `org id` the key belongs to (required)")
 		name := fs.String("name", "", "a `name` to recognise the key by")
 		admin := fs.Bool("admin", false, "make it an admin key")
+		e2b := fs.Bool("e2b", false, "issue an E2B-shaped key (e2b_…) for the E2B SDKs (E2B_API_KEY)")
 		asJSON := fs.Bool("json", false, "print {\"key\", \"secret\"} as JSON")
 		return func(ctx context.Context, r *runner, args []string) error {
 			if len(args) != 0 {
@@ -101,7 +102,7 @@ var keyCreateCmd = &command{
 			if err != nil {
 				return err
 			}
-			res, err := c.CreateKey(ctx, *org, apitypes.CreateKeyRequest{Name: *name, Admin: *admin})
+			res, err := c.CreateKey(ctx, *org, apitypes.CreateKeyRequest{Name: *name, Admin: *admin, E2B: *e2b})
 			if err != nil {
 				return fmt.Errorf("create key in %s: %w", *org, err)
 			}

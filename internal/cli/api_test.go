@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http/httptest"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -371,6 +372,14 @@ func TestOrgAndKeyCreate(t *testing.T) {
 	res := decodeJSON[apitypes.CreateKeyResponse](t, e.mustRun("key", "create", "--org", org.ID, "--admin", "--name", "ops", "--json"))
 	if !res.Key.Admin || res.Key.Name != "ops" || res.Secret == "" {
 		t.Errorf("key create --admin --json: %+v", res)
+	}
+	// --e2b issues an E2B-shaped key (for E2B_API_KEY) that works here too.
+	e2bKey := strings.TrimSpace(e.mustRun("key", "create", "--org", org.ID, "--e2b"))
+	if !regexp.MustCompile(`^e2b_[0-9a-f]{40}$`).MatchString(e2bKey) {
+		t.Errorf("key create --e2b printed %q; want e2b_ and 40 hex characters", e2bKey)
+	}
+	if code, _, errOut := e.runKey(e2bKey, "sandbox", "ls"); code != 0 {
+		t.Errorf("the e2b key on the native API: exit %d, %q", code, errOut)
 	}
 	if code, _, errOut := e.runKey("al_0000000000000000000000000000000000000000", "sandbox", "ls"); code != ExitError || errOut == "" {
 		t.Errorf("bad key: exit %d, %q", code, errOut)

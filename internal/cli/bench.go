@@ -5,14 +5,17 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/airlock/airlock/internal/bench"
 )
 
 var benchCmd = &command{
 	name:    "bench",
-	args:    "[--runtime gvisor] [--iterations N] [--concurrency C] [--exec-iterations M] [--file-mib S] [--file-runs R] [--out FILE]",
-	summary: "measure create→first-exec, exec round trip and file throughput against the API; prints a JSON report",
+	args:    "[--runtime gvisor] [--only GROUPS] [--iterations N] [--concurrency C] [--exec-iterations M] [--file-mib S] [--file-runs R] [--lifecycle-runs L] [--suspend-runs R] [--suspend-mib 16,256] [--pool-size P] [--pool-runs W] [--out FILE]",
+	summary: "measure create→first-exec (cold and from a warm pool), exec round trip, file throughput, pause/resume and suspend/wake against the API; prints a JSON report",
 	setup: func(fs *flag.FlagSet) func(context.Context, *runner, []string) error {
 		rt := fs.String("runtime", "", "sandbox `runtime` (default: the server's)")
 		tmpl := fs.String("template", "base", "`template` for every sandbox")
@@ -21,14 +24,39 @@ var benchCmd = &command{
 		execN := fs.Int("exec-iterations", 200, "exec round trips of `true`")
 		fileMiB := fs.Int("file-mib", 64, "size of the throughput file in `MiB`")
 		fileRuns := fs.Int("file-runs", 5, "writes and reads of the throughput file")
+		lifecycleRuns := fs.Int("lifecycle-runs", 20, "pause and resume round trips")
+		suspendRuns := fs.Int("suspend-runs", 5, "suspend and wake round trips per dirtied size")
+		suspendMiB := fs.String("suspend-mib", "16,256", "comma-separated `MiB` a process dirties before the suspend/wake measurements")
+		poolSize := fs.Int("pool-size", 3, "size of the warm pool the warm-create measurement configures (at least 3; needs an operator key)")
+		poolRuns := fs.Int("pool-runs", 10, "creates served from the warm pool")
+		only := fs.String("only", "", "comma-separated measurement `groups` ("+strings.Join(bench.Groups, ", ")+"; default all)")
 		out := fs.String("out", "", "also write the report to `FILE`")
 		return func(ctx context.Context, r *runner, args []string) error {
 			if len(args) != 0 {
 				return usagef("bench", "unexpected argument %q", args[0])
 			}
-			for name, v := range map[string]int{"iterations": *n, "concurrency": *conc, "exec-iterations": *execN, "file-mib": *fileMiB, "file-runs": *fileRuns} {
+			for name, v := range map[string]int{"iterations": *n, "concurrency": *conc, "exec-iterations": *execN, "file-mib": *fileMiB, "file-runs": *fileRuns,
+				"lifecycle-runs": *lifecycleRuns, "suspend-runs": *suspendRuns, "pool-size": *poolSize, "pool-runs": *poolRuns} {
 				if v <= 0 {
 					return usagef("bench", "--%s must be positive", name)
+				}
+			}
+			var sizes []int
+			for _, f := range strings.Split(*suspendMiB, ",") {
+				v, err := strconv.Atoi(strings.TrimSpace(f))
+				if err != nil || v <= 0 {
+					return usagef("bench", "--suspend-mib %q: want positive MiB values separated by commas", *suspendMiB)
+				}
+				sizes = append(sizes, v)
+			}
+			var groups []string
+			if *only != "" {
+				for _, g := range strings.Split(*only, ",") {
+					g = strings.TrimSpace(g)
+					if !slices.Contains(bench.Groups, g) {
+						return usagef("bench", "--only: unknown group %q; groups are %s", g, strings.Join(bench.Groups, ", "))
+					}
+					groups = append(groups, g)
 				}
 			}
 			cfg, err := LoadConfig(r.env.getenv, r.global.url, r.global.apiKey)
@@ -44,6 +72,8 @@ var benchCmd = &command{
 				Client: c, APIURL: cfg.URL, Runtime: *rt, Template: *tmpl,
 				Sandboxes: *n, Concurrency: *conc, ExecIterations: *execN,
 				FileBytes: int64(*fileMiB) << 20, FileRuns: *fileRuns,
+				LifecycleRuns: *lifecycleRuns, SuspendRuns: *suspendRuns, SuspendMiB: sizes,
+				PoolSize: *poolSize, PoolRuns: *poolRuns, Only: groups,
 				Runsc: runsc, RunscWhy: why, Progress: r.stderr,
 			})
 			if err := printJSON(r.stdout, rep); err != nil {

@@ -70,10 +70,12 @@ type command struct {
 // commands is the whole CLI surface; help lists it in this order.
 var commands = []*command{
 	sandboxCreateCmd, sandboxListCmd, sandboxGetCmd, sandboxRemoveCmd,
+	sandboxPauseCmd, sandboxResumeCmd, sandboxSuspendCmd, sandboxWakeCmd,
 	execCmd, cpCmd,
 	opWaitCmd, opGetCmd,
 	templateListCmd,
-	orgCreateCmd, keyCreateCmd,
+	orgCreateCmd, orgGetCmd, orgSetCmd, keyCreateCmd,
+	poolSetCmd, poolListCmd, poolRemoveCmd,
 	benchCmd,
 }
 

@@ -244,6 +244,11 @@ func TestMainUsage(t *testing.T) {
 		{args: []string{"cp", "sb-1:/a", "sb-2:/b"}, wantCode: ExitUsage, wantStderr: "exactly one of source and destination"},
 		{args: []string{"key", "create"}, wantCode: ExitUsage, wantStderr: "--org is required"},
 		{args: []string{"bench", "--iterations", "0"}, wantCode: ExitUsage, wantStderr: "--iterations must be positive"},
+		{args: []string{"bench", "--only", "create,naps"}, wantCode: ExitUsage, wantStderr: `unknown group "naps"`},
+		{args: []string{"bench", "--suspend-mib", "16,x"}, wantCode: ExitUsage, wantStderr: "--suspend-mib"},
+		{args: []string{"bench", "--pool-runs", "0"}, wantCode: ExitUsage, wantStderr: "--pool-runs must be positive"},
+		{args: []string{"pool", "set", "base"}, wantCode: ExitUsage, wantStderr: "want <template> <size>"},
+		{args: []string{"pool", "rm"}, wantCode: ExitUsage, wantStderr: "exactly one template"},
 		{args: []string{"up"}, wantCode: ExitUsage, wantStderr: "daemon command"},
 		// Well-formed commands without an API key fail (1), saying what to do.
 		{args: []string{"sandbox", "ls"}, wantCode: ExitError, wantStderr: "no API key: set $AIRLOCK_API_KEY"},

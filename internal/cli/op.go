@@ -66,7 +66,8 @@ func Settled(s model.SandboxState) bool {
 }
 
 // waitSandboxSettled polls the sandbox until no operation is in flight (its
-// state is running, paused, suspended, deleted or failed); failed is an
+// state is running, paused or suspended and equals its desired state, or it
+// is deleted or failed); failed is an
 // error carrying the reason. The API has no per-sandbox operation list, so
 // the state is the signal.
 func waitSandboxSettled(ctx context.Context, c *client.Client, id string, every time.Duration) (model.Sandbox, error) {
@@ -77,7 +78,9 @@ func waitSandboxSettled(ctx context.Context, c *client.Client, id string, every 
 		if err != nil {
 			return model.Sandbox{}, fmt.Errorf("get sandbox %s: %w", id, err)
 		}
-		if Settled(sb.State) {
+		// Settled, and not about to move: a pause or suspend just accepted
+		// leaves the state running until the controller acts.
+		if Settled(sb.State) && (sb.State.Terminal() || sb.DesiredState == "" || sb.DesiredState == sb.State) {
 			if sb.State == model.StateFailed {
 				reason := sb.Reason
 				if reason == "" {

@@ -29,7 +29,7 @@ type createResult struct {
 
 var sandboxCreateCmd = &command{
 	name:    "sandbox create",
-	args:    "[--template base] [--env K=V]... [--metadata K=V]... [--vcpus N] [--memory MiB] [--timeout S] [--runtime R] [--idempotency-key K] [--no-wait] [--json]",
+	args:    "[--template base] [--env K=V]... [--metadata K=V]... [--vcpus N] [--memory MiB] [--timeout S] [--runtime R] [--idle-suspend-after 6h|0] [--no-auto-wake] [--idempotency-key K] [--no-wait] [--json]",
 	summary: "create a sandbox and wait until it runs; prints its id",
 	setup: func(fs *flag.FlagSet) func(context.Context, *runner, []string) error {
 		tmpl := fs.String("template", "base", "template `name[:tag]` or digest")
@@ -40,6 +40,9 @@ var sandboxCreateCmd = &command{
 		mem := fs.Int("memory", 0, "memory in `MiB` (0: server default)")
 		timeout := fs.Int("timeout", 0, "delete the sandbox after this many `seconds` (0: never)")
 		rt := fs.String("runtime", "", "runtime, e.g. gvisor (default: the server's)")
+		idle := &idleFlag{}
+		fs.Var(idle, "idle-suspend-after", "suspend after this long without activity (`duration`; 0 never; default: the org's, else 6h)")
+		noAutoWake := fs.Bool("no-auto-wake", false, "do not wake the sandbox for commands or files while it is paused or suspended")
 		idem := fs.String("idempotency-key", "", "retry-safe `key`: the same key returns the same sandbox")
 		noWait := fs.Bool("no-wait", false, "return once the create is accepted, without waiting")
 		asJSON := fs.Bool("json", false, "print {\"sandbox\", \"operation\"} as JSON")
@@ -54,6 +57,13 @@ var sandboxCreateCmd = &command{
 			req := client.CreateSandboxRequest{
 				Template: *tmpl, Env: env, Metadata: meta, Runtime: *rt,
 				Resources: model.Resources{VCPUs: *vcpus, MemoryMiB: *mem}, TimeoutS: *timeout,
+			}
+			if idle.set {
+				req.IdleSuspendAfterS = &idle.secs
+			}
+			if *noAutoWake {
+				f := false
+				req.AutoWake = &f
 			}
 			sb, op, err := c.CreateSandbox(ctx, req, *idem)
 			if err != nil {
@@ -240,6 +250,21 @@ func printSandbox(w io.Writer, sb model.Sandbox) {
 	row("Resources", fmt.Sprintf("%d vCPU, %d MiB", sb.Resources.VCPUs, sb.Resources.MemoryMiB))
 	row("Created", stamp(sb.CreatedAt))
 	row("Last activity", stamp(sb.LastActivityAt))
+	row("Idle suspend", idleText(sb.IdleSuspendS))
+	if sb.NoAutoWake {
+		row("Auto-wake", "off")
+	}
+	if sb.SnapshotID != "" || sb.SnapshotBytes > 0 {
+		snap := size(sb.SnapshotBytes)
+		if sb.SnapshotID != "" {
+			snap += " (" + sb.SnapshotID + ")"
+		}
+		label := "Snapshot"
+		if sb.State != model.StateSuspended && sb.State != model.StateWaking {
+			label = "Last snapshot"
+		}
+		row(label, snap)
+	}
 	if sb.ExpiresAt != nil {
 		row("Expires", stamp(*sb.ExpiresAt))
 	}

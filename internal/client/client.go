@@ -35,7 +35,10 @@ type (
 	SandboxPage          = apitypes.ListSandboxesResponse
 	CreateKeyRequest     = apitypes.CreateKeyRequest
 	CreateKeyResponse    = apitypes.CreateKeyResponse
+	UpdateOrgRequest     = apitypes.UpdateOrgRequest
 	Health               = apitypes.Health
+	SetPoolRequest       = apitypes.SetPoolRequest
+	Pool                 = apitypes.Pool
 )
 
 // Client calls one Airlock server. Its fields may be changed before first use.
@@ -246,6 +249,35 @@ func (c *Client) DeleteSandbox(ctx context.Context, id string) (model.Operation,
 	return out.Operation, err
 }
 
+// PauseSandbox asks for a running sandbox to be paused and returns the
+// pause operation (see WaitOperation).
+func (c *Client) PauseSandbox(ctx context.Context, id string) (model.Operation, error) {
+	return c.lifecycle(ctx, id, "pause")
+}
+
+// ResumeSandbox asks for a paused sandbox to be resumed.
+func (c *Client) ResumeSandbox(ctx context.Context, id string) (model.Operation, error) {
+	return c.lifecycle(ctx, id, "resume")
+}
+
+// SuspendSandbox asks for a running or paused sandbox to be suspended to a
+// snapshot.
+func (c *Client) SuspendSandbox(ctx context.Context, id string) (model.Operation, error) {
+	return c.lifecycle(ctx, id, "suspend")
+}
+
+// WakeSandbox asks for a suspended sandbox to be restored (or a paused one
+// resumed).
+func (c *Client) WakeSandbox(ctx context.Context, id string) (model.Operation, error) {
+	return c.lifecycle(ctx, id, "wake")
+}
+
+func (c *Client) lifecycle(ctx context.Context, id, verb string) (model.Operation, error) {
+	var out apitypes.OperationResponse
+	err := c.do(ctx, http.MethodPost, "/v1/sandboxes/"+url.PathEscape(id)+"/"+verb, nil, struct{}{}, &out)
+	return out.Operation, err
+}
+
 // GetOperation returns one operation.
 func (c *Client) GetOperation(ctx context.Context, id string) (model.Operation, error) {
 	var op model.Operation
@@ -346,6 +378,41 @@ func (c *Client) ListOrgs(ctx context.Context) ([]model.Org, error) {
 	var out apitypes.ListOrgsResponse
 	err := c.do(ctx, http.MethodGet, "/v1/orgs", nil, nil, &out)
 	return out.Orgs, err
+}
+
+// GetOrg returns one org.
+func (c *Client) GetOrg(ctx context.Context, id string) (model.Org, error) {
+	var out model.Org
+	err := c.do(ctx, http.MethodGet, "/v1/orgs/"+url.PathEscape(id), nil, nil, &out)
+	return out, err
+}
+
+// UpdateOrg changes an org's settings (absent fields are kept) and returns
+// the org as stored.
+func (c *Client) UpdateOrg(ctx context.Context, id string, req UpdateOrgRequest) (model.Org, error) {
+	var out model.Org
+	err := c.do(ctx, http.MethodPatch, "/v1/orgs/"+url.PathEscape(id), nil, req, &out)
+	return out, err
+}
+
+// ListPools returns every warm pool with its member counts (operators).
+func (c *Client) ListPools(ctx context.Context) ([]Pool, error) {
+	var out apitypes.PoolList
+	err := c.do(ctx, http.MethodGet, "/v1/pools", nil, nil, &out)
+	return out.Pools, err
+}
+
+// SetPool configures the warm pool of template (name, name:tag or digest)
+// (operators).
+func (c *Client) SetPool(ctx context.Context, template string, req SetPoolRequest) (Pool, error) {
+	var out Pool
+	err := c.do(ctx, http.MethodPut, "/v1/pools/"+url.PathEscape(template), nil, req, &out)
+	return out, err
+}
+
+// DeletePool removes the warm pool of template (operators).
+func (c *Client) DeletePool(ctx context.Context, template string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/pools/"+url.PathEscape(template), nil, nil, nil)
 }
 
 // CreateKey creates an API key in an org and returns it with its secret,

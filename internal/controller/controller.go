@@ -7,10 +7,14 @@
 // by its ID: re-read, decide one transition, compare-and-set write, repeat
 // until nothing changes. A lost race (model.ErrConflict) is left for the
 // next round. Decisions: placement (internal/scheduler), deletion of
-// unplaced sandboxes, operation completion and operation deadlines.
+// unplaced sandboxes, operation completion and operation deadlines,
+// lifecycle (suspending, waking) and idle auto-suspend (lifecycle requests
+// themselves are written by service.StartLifecycle).
 //
-// The worker API handler applies what workers observe (running, deleted,
-// failed) with the same transitions and long-polls assignments for them.
+// The worker API handler applies what workers observe (running, paused,
+// suspended, deleted, failed, data-plane activity) with the same
+// transitions, long-polls assignments for them and takes their wake
+// requests.
 package controller
 
 import (

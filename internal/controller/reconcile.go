@@ -9,6 +9,7 @@ import (
 
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/scheduler"
+	"github.com/airlock/airlock/internal/service"
 	"github.com/airlock/airlock/internal/store"
 )
 
@@ -89,7 +90,7 @@ func (c *Controller) ReconcileAll(ctx context.Context) error {
 	var ids []string
 	for _, sb := range sbs {
 		seen[sb.ID] = true
-		if !c.decide(r, sb, openBySandbox[sb.ID]).empty() {
+		if !c.decide(r, sb, openBySandbox[sb.ID], "").empty() {
 			ids = append(ids, sb.ID)
 		}
 	}
@@ -108,6 +109,25 @@ func (c *Controller) ReconcileAll(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	for _, sb := range sbs {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		d := idleFor(sb, r.now)
+		if len(openBySandbox[sb.ID]) > 0 || d == 0 {
+			continue
+		}
+		if err := c.suspendIdle(ctx, sb.ID, d); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := c.reconcile(ctx, r, sb.ID); err != nil && !errors.Is(err, model.ErrConflict) {
+			errs = append(errs, err)
+		}
+	}
+	if err := c.reconcilePools(ctx, sbs); err != nil { // warm pools (pool.go)
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -124,14 +144,14 @@ func (c *Controller) Reconcile(ctx context.Context, sandboxID string) error {
 
 func (c *Controller) reconcile(ctx context.Context, r *round, id string) error {
 	for range maxSteps {
-		sb, open, err := c.read(ctx, id)
+		sb, open, prior, err := c.read(ctx, id)
 		if errors.Is(err, model.ErrNotFound) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		a := c.decide(r, sb, open)
+		a := c.decide(r, sb, open, prior)
 		if a.empty() {
 			return nil
 		}
@@ -148,15 +168,17 @@ func (c *Controller) reconcile(ctx context.Context, r *round, id string) error {
 	return nil
 }
 
-// read returns the sandbox and its open operations, oldest first.
-func (c *Controller) read(ctx context.Context, id string) (model.Sandbox, []model.Operation, error) {
+// read returns the sandbox, its open operations (oldest first) and the
+// state it settled in before its current lifecycle operation (running or
+// paused: see priorState).
+func (c *Controller) read(ctx context.Context, id string) (model.Sandbox, []model.Operation, model.SandboxState, error) {
 	sb, err := c.st.GetSandbox(ctx, id)
 	if err != nil {
-		return model.Sandbox{}, nil, fmt.Errorf("controller: get sandbox %s: %w", id, err)
+		return model.Sandbox{}, nil, "", fmt.Errorf("controller: get sandbox %s: %w", id, err)
 	}
 	ops, err := c.st.ListOperations(ctx, store.OperationFilter{SandboxID: id})
 	if err != nil {
-		return model.Sandbox{}, nil, fmt.Errorf("controller: list operations of %s: %w", id, err)
+		return model.Sandbox{}, nil, "", fmt.Errorf("controller: list operations of %s: %w", id, err)
 	}
 	open := ops[:0:0]
 	for _, op := range ops {
@@ -164,7 +186,26 @@ func (c *Controller) read(ctx context.Context, id string) (model.Sandbox, []mode
 			open = append(open, op)
 		}
 	}
-	return sb, open, nil
+	return sb, open, priorState(ops), nil
+}
+
+// priorState is the state the last succeeded lifecycle operation left the
+// sandbox in: paused after a pause, running after anything else. A suspend
+// that fails or times out returns the sandbox there.
+func priorState(ops []model.Operation) model.SandboxState {
+	prior := model.StateRunning
+	for _, op := range ops {
+		if op.State != model.OpSucceeded {
+			continue
+		}
+		switch op.Target {
+		case model.StatePaused:
+			prior = model.StatePaused
+		case model.StateRunning:
+			prior = model.StateRunning
+		}
+	}
+	return prior
 }
 
 // decide returns the next transition of sb, or an empty action. Rules, in
@@ -178,9 +219,17 @@ func (c *Controller) read(ctx context.Context, id string) (model.Sandbox, []mode
 //     others;
 //  5. pending and desired running → placed (starting) or a Reason saying
 //     why not;
-//  6. placed on a worker that has been silent for staleFactor × HeartbeatTTL
+//  6. lifecycle: running|paused and desired suspended → suspending;
+//     suspended and desired running → waking; an open lifecycle operation
+//     that the assignment now drives → running;
+//  7. placed on a worker that has been silent for staleFactor × HeartbeatTTL
 //     → a note in Reason (the sandbox stays: the worker may come back).
-func (c *Controller) decide(r *round, sb model.Sandbox, open []model.Operation) action {
+//
+// Deadlines of pause, resume and suspend do not fail the sandbox: the
+// operation fails and the desired state goes back to where the sandbox was
+// (prior, for a suspend already under way), so it is never left half
+// suspended; the worker keeps or returns its runtime and reports it.
+func (c *Controller) decide(r *round, sb model.Sandbox, open []model.Operation, prior model.SandboxState) action {
 	now := r.now
 	deleting := sb.DesiredState == model.StateDeleted
 
@@ -221,8 +270,27 @@ func (c *Controller) decide(r *round, sb model.Sandbox, open []model.Operation) 
 		if op.Deadline.IsZero() || !now.After(op.Deadline) {
 			continue
 		}
+		if sb.State == target(op) {
+			continue // reached: completion below
+		}
 		reason := fmt.Sprintf("deadline of %s passed while %s was %s", formatDuration(op.Deadline.Sub(op.CreatedAt)), op.Kind, sb.State)
 		a := action{op: finish(op, model.OpFailed, reason, now), why: "operation deadline"}
+		if !deleting && sb.State != model.StateFailed && revertible(op.Kind) {
+			back := sb.State
+			if back != model.StateRunning && back != model.StatePaused {
+				back = prior
+			}
+			if back == "" {
+				back = model.StateRunning
+			}
+			if sb.DesiredState != back {
+				nsb := sb
+				nsb.DesiredState = back
+				nsb.LastActivityAt = now // idle auto-suspend waits a full period again
+				a.sb = &nsb
+			}
+			return a
+		}
 		if !deleting && sb.State != model.StateFailed {
 			nsb := sb
 			nsb.State = model.StateFailed
@@ -269,7 +337,35 @@ func (c *Controller) decide(r *round, sb model.Sandbox, open []model.Operation) 
 		return a
 	}
 
-	// 6. Silent worker.
+	// 6. Lifecycle.
+	if !deleting {
+		nsb := sb
+		switch {
+		case (sb.State == model.StateRunning || sb.State == model.StatePaused) && sb.DesiredState == model.StateSuspended:
+			nsb.State = model.StateSuspending
+		case sb.State == model.StateSuspended && sb.DesiredState == model.StateRunning:
+			nsb.State = model.StateWaking
+		}
+		var nop *model.Operation
+		if op, ok := firstOp(open, func(op model.Operation) bool {
+			return op.State == model.OpPending && revertible(op.Kind) || op.State == model.OpPending && op.Kind == model.OpWake
+		}); ok && sb.State != model.StatePending && sb.State != model.StateStarting {
+			o := op
+			o.State = model.OpRunning
+			o.UpdatedAt = now
+			nop = &o
+		}
+		if nsb.State != sb.State || nop != nil {
+			a := action{op: nop, why: "lifecycle " + string(sb.State) + " → " + string(sb.DesiredState)}
+			if nsb.State != sb.State {
+				nsb.Reason = ""
+				a.sb = &nsb
+			}
+			return a
+		}
+	}
+
+	// 7. Silent worker.
 	if sb.WorkerID != "" && !sb.State.Terminal() && sb.State != model.StatePending {
 		w, known := r.byID[sb.WorkerID]
 		prefix := stalePrefix(sb.WorkerID)
@@ -330,6 +426,58 @@ func (c *Controller) apply(ctx context.Context, a action) error {
 	return nil
 }
 
+// revertible reports whether a deadline of kind leaves the sandbox where it
+// was instead of failing it.
+func revertible(kind model.OperationKind) bool {
+	return kind == model.OpPause || kind == model.OpResume || kind == model.OpSuspend
+}
+
+// errNotIdle cancels an idle auto-suspend whose sandbox moved on.
+var errNotIdle = errors.New("no longer idle")
+
+// idleFor returns how long sb may be idle before it is suspended if it is
+// due now (0 otherwise): running or paused and settled, with an idle
+// setting, and no activity for that long.
+func idleFor(sb model.Sandbox, now time.Time) time.Duration {
+	if sb.IdleSuspendS <= 0 || sb.DesiredState != sb.State {
+		return 0
+	}
+	if sb.State != model.StateRunning && sb.State != model.StatePaused {
+		return 0
+	}
+	d := time.Duration(sb.IdleSuspendS) * time.Second
+	if now.Sub(sb.LastActivityAt) < d {
+		return 0
+	}
+	return d
+}
+
+// suspendIdle starts a suspend of sandbox id, idle for d, if it is still
+// idle, with the reason "idle for <d>". A sandbox that moved on (activity,
+// another operation, a lost race) is left alone.
+func (c *Controller) suspendIdle(ctx context.Context, id string, d time.Duration) error {
+	op, started, err := service.StartLifecycle(ctx, c.st, c.ev, service.LifecycleRequest{
+		SandboxID: id, Kind: model.OpSuspend, Now: c.now(), Deadline: c.cfg.OperationDeadline,
+		Reason: service.IdleFor(d),
+		Guard: func(sb model.Sandbox) error {
+			if idleFor(sb, c.now()) == 0 {
+				return errNotIdle
+			}
+			return nil
+		},
+	})
+	switch {
+	case errors.Is(err, errNotIdle), errors.Is(err, model.ErrConflict), errors.Is(err, model.ErrNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("controller: idle auto-suspend of %s: %w", id, err)
+	}
+	if started {
+		c.log.Info("controller: idle auto-suspend", "sandbox", id, "operation", op.ID, "idle", d)
+	}
+	return nil
+}
+
 // target is the sandbox state that completes op.
 func target(op model.Operation) model.SandboxState {
 	if op.Target != "" {
@@ -348,9 +496,13 @@ func target(op model.Operation) model.SandboxState {
 	return ""
 }
 
+// finish ends op with state s; an empty reason keeps the one op was
+// started with (e.g. "idle for 6h0m0s").
 func finish(op model.Operation, s model.OperationState, reason string, now time.Time) *model.Operation {
 	op.State = s
-	op.Reason = reason
+	if reason != "" {
+		op.Reason = reason
+	}
 	op.UpdatedAt = now
 	return &op
 }

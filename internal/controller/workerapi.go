@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/service"
 	"github.com/airlock/airlock/internal/store"
 	"github.com/airlock/airlock/internal/workerapi"
 )
@@ -35,6 +36,7 @@ func (c *Controller) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /internal/v1/workers/register", c.handleRegister)
 	mux.HandleFunc("POST /internal/v1/workers/{id}/sync", c.handleSync)
+	mux.HandleFunc("POST /internal/v1/workers/{id}/wake", c.handleWake)
 	return c.authenticate(mux)
 }
 
@@ -289,7 +291,7 @@ func (c *Controller) heartbeat(ctx context.Context, id string, templates []model
 // worker's next Sync.
 func (c *Controller) observe(ctx context.Context, wid string, o workerapi.Observed) (bool, error) {
 	for range 3 {
-		sb, open, err := c.read(ctx, o.SandboxID)
+		sb, open, _, err := c.read(ctx, o.SandboxID)
 		if errors.Is(err, model.ErrNotFound) {
 			return false, nil
 		}
@@ -298,6 +300,15 @@ func (c *Controller) observe(ctx context.Context, wid string, o workerapi.Observ
 		}
 		if sb.WorkerID != wid {
 			return false, nil // not assigned here; the worker deletes it
+		}
+		if at := o.LastActivity; !at.IsZero() && at.After(sb.LastActivityAt) {
+			// Activity on the data plane; the store keeps the latest.
+			if now := c.now(); at.After(now) {
+				at = now // a worker clock ahead of ours does not postpone idleness
+			}
+			if err := c.st.TouchSandbox(ctx, sb.ID, at.UTC()); err != nil && !errors.Is(err, model.ErrNotFound) {
+				c.log.Warn("controller: record activity", "sandbox", sb.ID, "err", err)
+			}
 		}
 		a := decideObserved(sb, open, wid, o, c.now())
 		if a.empty() {
@@ -331,7 +342,60 @@ func decideObserved(sb model.Sandbox, open []model.Operation, wid string, o work
 	case o.State == model.StateRunning && sb.State == model.StateStarting:
 		nsb.State = model.StateRunning
 		nsb.Reason = ""
+		nsb.LastActivityAt = now
 		return withOp(action{why: "worker reports running"}, reaches(model.StateRunning), model.OpSucceeded, "")
+
+	// Lifecycle (see decide for the desired side).
+	case o.State == model.StatePaused && sb.State == model.StateRunning && sb.DesiredState == model.StatePaused:
+		nsb.State = model.StatePaused
+		return withOp(action{why: "worker reports paused"}, reaches(model.StatePaused), model.OpSucceeded, "")
+
+	case o.State == model.StateRunning && (sb.State == model.StatePaused || sb.State == model.StateWaking) && sb.DesiredState == model.StateRunning:
+		nsb.State = model.StateRunning
+		nsb.Reason = ""
+		nsb.LastActivityAt = now
+		return withOp(action{why: "worker reports running after " + string(sb.State)}, reaches(model.StateRunning), model.OpSucceeded, "")
+
+	case o.State == model.StateSuspended && sb.State == model.StateSuspending:
+		nsb.State = model.StateSuspended
+		nsb.Reason = ""
+		nsb.SnapshotID = o.SnapshotID
+		nsb.SnapshotBytes = o.SnapshotBytes
+		return withOp(action{why: "worker reports suspended"}, reaches(model.StateSuspended), model.OpSucceeded, "")
+
+	case (o.State == model.StateRunning || o.State == model.StatePaused) && sb.State == model.StateSuspending:
+		if sb.DesiredState == model.StateSuspended {
+			if o.Reason == "" {
+				return action{} // not started yet
+			}
+			// The suspend failed; the worker kept the runtime: never half
+			// suspended.
+			// The idle clock restarts, so auto-suspend does not retry at once.
+			nsb.State = o.State
+			nsb.DesiredState = o.State
+			nsb.LastActivityAt = now
+			reason := o.Reason
+			if !strings.HasPrefix(reason, "suspend failed") {
+				reason = "suspend failed: " + reason
+			}
+			return withOp(action{why: "worker reports suspend failed"}, reaches(model.StateSuspended), model.OpFailed, reason)
+		}
+		// The suspend was given up (deadline); the worker kept or returned
+		// the runtime.
+		nsb.State = o.State
+		nsb.LastActivityAt = now
+		return action{sb: &nsb, why: "worker reports " + string(o.State) + " after an abandoned suspend"}
+
+	case o.State == model.StateSuspended && sb.State == model.StateWaking && o.Reason != "":
+		// The restore failed but the snapshot is intact: back to suspended,
+		// still wakeable.
+		nsb.State = model.StateSuspended
+		nsb.DesiredState = model.StateSuspended
+		reason := o.Reason
+		if !strings.HasPrefix(reason, "wake failed") {
+			reason = "wake failed: " + reason
+		}
+		return withOp(action{why: "worker reports wake failed"}, reaches(model.StateRunning), model.OpFailed, reason)
 
 	case o.State == model.StateDeleted && sb.State == model.StateDeleting:
 		nsb.State = model.StateDeleted
@@ -355,7 +419,8 @@ func decideObserved(sb model.Sandbox, open []model.Operation, wid string, o work
 		nsb.Reason = reason
 		return withOp(action{why: "worker reports failed"}, anyOp, model.OpFailed, reason)
 
-	case o.State == model.StateDeleted && sb.State == model.StateRunning && sb.DesiredState == model.StateRunning:
+	case o.State == model.StateDeleted && (sb.State == model.StateRunning || sb.State == model.StatePaused) &&
+		(sb.DesiredState == model.StateRunning || sb.DesiredState == model.StatePaused):
 		reason := "sandbox disappeared from worker " + wid
 		nsb.State = model.StateFailed
 		nsb.Reason = reason
@@ -382,14 +447,63 @@ func (c *Controller) assignments(ctx context.Context, id string) (workerapi.Sync
 			continue
 		case model.StateDeleting, model.StateFailed:
 			desired = model.StateDeleted
-		default:
-			desired = model.StateRunning
+		default: // starting, running, paused, suspending, suspended, waking
+			// A suspended sandbox stays assigned (desired suspended): its
+			// runtime is released but the worker holds its snapshot, and a
+			// worker deletes what is not assigned to it.
+			desired = sb.DesiredState
+			if desired == "" {
+				desired = model.StateRunning
+			}
 		}
 		resp.Assignments = append(resp.Assignments, workerapi.Assignment{Sandbox: sb, Desired: desired})
 		fmt.Fprintf(h, "%s\x00%s\x00%d\x00", sb.ID, desired, sb.Generation)
 	}
 	resp.Version = int64(h.Sum64() & math.MaxInt64)
 	return resp, nil
+}
+
+func (c *Controller) handleWake(w http.ResponseWriter, r *http.Request) {
+	var req workerapi.WakeRequest
+	if err := decode(r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	op, err := c.Wake(r.Context(), r.PathValue("id"), req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, map[string]model.Operation{"operation": op})
+}
+
+// Wake wakes (or resumes) a sandbox assigned to worker wid because a
+// data-plane request arrived for it, or returns the operation already
+// taking it to running. model.ErrConflict when the sandbox opted out of
+// auto-wake or cannot be woken from its state.
+func (c *Controller) Wake(ctx context.Context, wid string, req workerapi.WakeRequest) (model.Operation, error) {
+	sb, err := c.st.GetSandbox(ctx, req.SandboxID)
+	if errors.Is(err, model.ErrNotFound) || err == nil && sb.WorkerID != wid {
+		return model.Operation{}, model.Errorf(model.ErrNotFound, "sandbox %q is not assigned to worker %s", req.SandboxID, wid)
+	}
+	if err != nil {
+		return model.Operation{}, fmt.Errorf("controller: wake %s: get sandbox: %w", req.SandboxID, err)
+	}
+	op, started, err := service.StartLifecycle(ctx, c.st, c.ev, service.LifecycleRequest{
+		SandboxID: sb.ID, Kind: model.OpWake, Join: true, RespectNoAutoWake: true,
+		Reason: "auto-wake: data-plane request on worker " + wid, Now: c.now(), Deadline: c.cfg.OperationDeadline,
+	})
+	if err != nil {
+		return model.Operation{}, err
+	}
+	if err := c.st.TouchSandbox(ctx, sb.ID, c.now()); err != nil {
+		c.log.Warn("controller: record activity", "sandbox", sb.ID, "err", err)
+	}
+	if started {
+		c.log.Info("controller: auto-wake", "sandbox", sb.ID, "worker", wid, "operation", op.ID)
+		c.Kick()
+	}
+	return op, nil
 }
 
 func decode(r *http.Request, v any) error {

@@ -31,11 +31,15 @@ import (
 
 	"github.com/airlock/airlock/internal/api"
 	"github.com/airlock/airlock/internal/controller"
+	"github.com/airlock/airlock/internal/e2bcompat"
 	"github.com/airlock/airlock/internal/events"
 	"github.com/airlock/airlock/internal/model"
+	airruntime "github.com/airlock/airlock/internal/runtime"
 	"github.com/airlock/airlock/internal/runtime/gvisor"
+	"github.com/airlock/airlock/internal/runtime/qemu"
 	"github.com/airlock/airlock/internal/service"
 	"github.com/airlock/airlock/internal/setup"
+	"github.com/airlock/airlock/internal/snapshot"
 	"github.com/airlock/airlock/internal/store"
 	"github.com/airlock/airlock/internal/store/postgres"
 	"github.com/airlock/airlock/internal/store/sqlite"
@@ -93,8 +97,11 @@ func up(ctx context.Context, args []string) error {
 	listen := fs.String("listen", "127.0.0.1:7070", "address of the API (control plane)")
 	dataListen := fs.String("data-listen", "", "address of the worker's data plane (default: the API's port + 1, or any free port if that is taken)")
 	dataDir := fs.String("data-dir", DefaultDataDir(), "directory for the database, runsc, templates, sandboxes and keys")
+	withQEMU := fs.Bool("qemu", true, "also offer the qemu microVM runtime (set up in the background on first start)")
 	deadline := fs.Duration("operation-deadline", 0, "how long a lifecycle operation may take (0: 30m)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	var warm warmFlag
+	fs.Var(&warm, "warm", warmUsage)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -149,16 +156,20 @@ func up(ctx context.Context, args []string) error {
 	started := time.Now()
 	w, err := newWorker(ctx, workerOptions{
 		dataDir: *dataDir, serverURL: url, token: wt, dataListen: *dataListen,
-		id: workerID, log: log, progress: progress,
+		id: workerID, log: log, progress: progress, qemu: *withQEMU,
 	})
 	if err != nil {
 		return err
 	}
+	srv.setLocalWorker(workerID, w.Handler())
 	go func() { errc <- w.Run(ctx) }()
 	if err := waitReady(ctx, srv.ctrl, st, workerID, started, errc); err != nil {
 		return err
 	}
 	workerUp.Store(true)
+	if err := applyWarm(ctx, srv.svc, warm, 0, log); err != nil {
+		return err
+	}
 	fmt.Fprintf(progress, "ready: %s (admin key in %s)\n", url, filepath.Join(*dataDir, "admin.key"))
 	fmt.Printf("AIRLOCK_URL=%s\nAIRLOCK_API_KEY=%s\n", url, readTrim(filepath.Join(*dataDir, "admin.key")))
 	select {
@@ -180,6 +191,8 @@ func serverCmd(ctx context.Context, args []string) error {
 	workerToken := fs.String("worker-token", os.Getenv("AIRLOCK_WORKER_TOKEN"), "shared secret workers authenticate with (or $AIRLOCK_WORKER_TOKEN)")
 	deadline := fs.Duration("operation-deadline", 0, "how long a lifecycle operation may take (0: 30m)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	var warm warmFlag
+	fs.Var(&warm, "warm", warmUsage+"; a template no worker has yet is retried")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -207,6 +220,13 @@ func serverCmd(ctx context.Context, args []string) error {
 		return fmt.Errorf("listen on %s: %w", *listen, err)
 	}
 	fmt.Fprintf(progressWriter{}, "server listening on http://%s\n", ln.Addr())
+	if len(warm) > 0 {
+		go func() {
+			if err := applyWarm(ctx, srv.svc, warm, 2*time.Second, log); err != nil && ctx.Err() == nil {
+				log.Error("warm pools", "err", err)
+			}
+		}()
+	}
 	err = srv.serve(ctx, ln)
 	if ctx.Err() != nil {
 		return nil
@@ -219,6 +239,7 @@ func workerCmd(ctx context.Context, args []string) error {
 	serverURL := fs.String("server", "http://127.0.0.1:7070", "base URL of the server")
 	workerToken := fs.String("worker-token", os.Getenv("AIRLOCK_WORKER_TOKEN"), "shared secret (or $AIRLOCK_WORKER_TOKEN)")
 	dataDir := fs.String("data-dir", DefaultDataDir(), "directory for runsc, templates and sandboxes")
+	withQEMU := fs.Bool("qemu", true, "also offer the qemu microVM runtime (set up in the background on first start)")
 	dataListen := fs.String("data-listen", "127.0.0.1:7071", "address of the data plane")
 	advertise := fs.String("advertise-url", "", "data-plane URL clients use (default http://<data-listen>)")
 	id := fs.String("id", "", "worker id (default: generated once and kept in <data-dir>/worker.id)")
@@ -233,6 +254,7 @@ func workerCmd(ctx context.Context, args []string) error {
 	w, err := newWorker(ctx, workerOptions{
 		dataDir: *dataDir, serverURL: *serverURL, token: *workerToken,
 		dataListen: *dataListen, advertise: *advertise, id: *id, log: log, progress: progressWriter{},
+		qemu: *withQEMU,
 	})
 	if err != nil {
 		return err
@@ -265,10 +287,12 @@ func openStore(ctx context.Context, db, dataDir string) (store.Store, error) {
 }
 
 type server struct {
-	svc  *service.Service
-	ctrl *controller.Controller
-	h    http.Handler
-	log  *slog.Logger
+	svc   *service.Service
+	ctrl  *controller.Controller
+	e2b   *e2bcompat.Adapter
+	h     http.Handler
+	log   *slog.Logger
+	local atomic.Pointer[localWorker]
 }
 
 func newServer(ctx context.Context, st store.Store, workerToken string, deadline time.Duration, log *slog.Logger) (*server, error) {
@@ -281,17 +305,48 @@ func newServer(ctx context.Context, st store.Store, workerToken string, deadline
 		Store: st, Events: ev, Kick: ctrl.Kick, SigningKey: ctrl.SigningKey, Ready: ctrl.Ready,
 		Logger: log.With("component", "api"), OperationDeadline: deadline,
 	}
+	srv := &server{svc: svc, ctrl: ctrl, log: log}
+	srv.e2b = e2bcompat.New(svc, e2bcompat.Options{
+		Logger: log.With("component", "e2b"), SigningKey: ctrl.SigningKey,
+		LocalWorker: srv.localWorker,
+	})
+	native := api.New(svc, api.Options{Logger: log.With("component", "api")})
 	mux := http.NewServeMux()
 	mux.Handle("/internal/", ctrl.Handler())
-	mux.Handle("/", api.New(svc, api.Options{Logger: log.With("component", "api")}))
-	return &server{svc: svc, ctrl: ctrl, h: mux, log: log}, nil
+	mux.Handle("/v1/", native)
+	mux.Handle("/healthz", native)
+	mux.Handle("/", srv.e2b.API()) // E2B's control plane: /sandboxes, /v2/sandboxes, …
+	// Sandbox traffic (E2b-Sandbox-Id header or <port>-<id>.<domain> host)
+	// goes to the sandbox's worker data plane whatever its path.
+	srv.h = srv.e2b.Sandboxes(mux)
+	return srv, nil
+}
+
+// localWorker returns the data-plane handler of the in-process worker id
+// (`airlock up`), or nil.
+func (s *server) localWorker(id string) http.Handler {
+	if lw := s.local.Load(); lw != nil && lw.id == id {
+		return lw.h
+	}
+	return nil
+}
+
+// setLocalWorker makes sandbox traffic for worker id go to h in-process.
+func (s *server) setLocalWorker(id string, h http.Handler) {
+	s.local.Store(&localWorker{id: id, h: h})
+}
+
+type localWorker struct {
+	id string
+	h  http.Handler
 }
 
 // serve runs the controllers and the HTTP server until ctx ends.
 func (s *server) serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{Handler: s.h, ReadHeaderTimeout: 30 * time.Second}
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- s.ctrl.Run(ctx) }()
+	go func() { errc <- s.e2b.RunReaper(ctx) }()
 	go func() { errc <- hs.Serve(ln) }()
 	select {
 	case <-ctx.Done():
@@ -311,6 +366,7 @@ type workerOptions struct {
 	dataDir, serverURL, token, dataListen, advertise, id string
 	log                                                  *slog.Logger
 	progress                                             io.Writer
+	qemu                                                 bool // also offer the qemu runtime
 }
 
 // newWorker does the worker's set-up (runsc, base template) and returns a
@@ -343,6 +399,18 @@ func newWorker(ctx context.Context, o workerOptions) (*worker.Worker, error) {
 	if err != nil {
 		return nil, err
 	}
+	drivers := &airruntime.Multi{Drivers: map[string]airruntime.Driver{gvisor.Name: drv}, Default: gvisor.Name}
+	if o.qemu {
+		drivers.Drivers[qemu.Name] = newLazyQEMU(ctx, o.dataDir, agent, o.progress, o.log)
+	}
+	snaps, err := snapshot.Open(filepath.Join(o.dataDir, "snapshots"))
+	if err != nil {
+		return nil, fmt.Errorf("open the snapshot store: %w", err)
+	}
+	// Before the worker runs: what a crashed suspend left uncommitted goes.
+	if err := snaps.GC(); err != nil {
+		o.log.Warn("snapshot store clean-up", "err", err)
+	}
 	id := o.id
 	if id == "" {
 		if id, err = persistentID(filepath.Join(o.dataDir, "worker.id")); err != nil {
@@ -360,7 +428,7 @@ func newWorker(ctx context.Context, o workerOptions) (*worker.Worker, error) {
 	mem, cpus := capacity()
 	return worker.New(worker.Config{
 		ID: id, ServerURL: o.serverURL, WorkerToken: o.token,
-		DataPlaneListener: ln, DataPlaneURL: adv, Driver: drv,
+		DataPlaneListener: ln, DataPlaneURL: adv, Driver: drivers, Snapshots: snaps,
 		Templates:     func() ([]model.Template, error) { return setup.ListTemplates(o.dataDir) },
 		RootFS:        func(digest string) string { return setup.TemplateRootFS(o.dataDir, digest) },
 		CapacityMiB:   mem,

@@ -236,3 +236,16 @@ type CommandSpec struct {
 	Stdin     bool              `json:"stdin,omitempty"`
 	TimeoutS  int               `json:"timeout_s,omitempty"`
 }
+
+// Pool is the configuration of one warm pool: Size running sandboxes of the
+// template Digest with Resources, kept ready so that a create can claim one
+// instead of booting (issue "Lifecycle"). Template is the reference the
+// operator named ("base:latest"); Digest, the key, is what it resolved to.
+type Pool struct {
+	Template  string    `json:"template"`
+	Digest    string    `json:"digest"`
+	Size      int       `json:"size"`
+	Resources Resources `json:"resources"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}

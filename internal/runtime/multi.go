@@ -36,8 +36,36 @@ func (m *Multi) Names() []string {
 	return names
 }
 
+// Auto is the runtime name that lets the worker choose: the first driver
+// that says it is preferred (qemu where hardware KVM works), else Default.
+const Auto = "auto"
+
+// AutoPreferrer is implemented by drivers that want "auto" sandboxes when
+// they run at full speed on this host.
+type AutoPreferrer interface {
+	PreferredForAuto(ctx context.Context) bool
+}
+
+// Offered lists the runtime names a worker offers: every driver, plus
+// "auto" when there is a choice.
+func (m *Multi) Offered() []string {
+	names := m.Names()
+	if len(names) > 1 {
+		names = append(names, Auto)
+	}
+	return names
+}
+
 func (m *Multi) pick(name string) (Driver, error) {
 	if name == "" {
+		name = m.Default
+	}
+	if name == Auto {
+		for _, n := range m.Names() {
+			if p, ok := m.Drivers[n].(AutoPreferrer); ok && p.PreferredForAuto(context.Background()) {
+				return m.Drivers[n], nil
+			}
+		}
 		name = m.Default
 	}
 	d, ok := m.Drivers[name]
@@ -157,4 +185,16 @@ func (m *Multi) Restore(ctx context.Context, spec Spec, dir string) (Sandbox, er
 		return nil, fmt.Errorf("runtime %s cannot restore sandboxes", d.Name())
 	}
 	return s.Restore(ctx, spec, dir)
+}
+
+// StopReason asks every driver that can tell why sandbox id stopped.
+func (m *Multi) StopReason(id string) string {
+	for _, name := range m.Names() {
+		if sr, ok := m.Drivers[name].(StopReasoner); ok {
+			if r := sr.StopReason(id); r != "" {
+				return r
+			}
+		}
+	}
+	return ""
 }

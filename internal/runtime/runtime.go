@@ -80,10 +80,18 @@ type Snapshotter interface {
 	// without it the guest is stopped afterwards and the caller releases the
 	// runtime with Delete (suspend). A failed Checkpoint must leave a sandbox
 	// that was running still running (or report it lost); what it wrote to
-	// dir is garbage the caller removes.
+	// dir is garbage the caller removes. The agent channel may be
+	// re-established across a Checkpoint (the agent redials, as after a
+	// Restore): requests in flight fail and the caller waits for the agent.
 	Checkpoint(ctx context.Context, id, dir string, leaveRunning bool) error
 	// Restore starts sandbox spec.ID from the state in dir (read only; the
 	// same dir may be restored several times, e.g. for forks). spec.ID must
 	// not exist in the driver.
 	Restore(ctx context.Context, spec Spec, dir string) (Sandbox, error)
+}
+
+// StopReasoner is implemented by drivers that can say why a sandbox stopped
+// on its own (e.g. "guest kernel panic: …", "qemu exited: …"); "" if unknown.
+type StopReasoner interface {
+	StopReason(id string) string
 }

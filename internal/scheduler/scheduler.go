@@ -32,9 +32,11 @@ func RequestFor(sb model.Sandbox) Request {
 }
 
 // Reserves reports whether a sandbox in state s holds resources on its
-// worker: every state that is not terminal and not yet placed.
+// worker: every state that is not terminal, not yet placed and not
+// suspended (a suspended sandbox's runtime is released; waking takes its
+// resources back on the same worker, where its snapshot is).
 func Reserves(s model.SandboxState) bool {
-	return !s.Terminal() && s != model.StatePending
+	return !s.Terminal() && s != model.StatePending && s != model.StateSuspended
 }
 
 // LoadOf sums the resources reserved on each worker by sandboxes.

@@ -26,8 +26,12 @@ const (
 // so that it creates one only once per installation.
 const settingBootstrapKey = "bootstrap_admin_key_hash"
 
-// keyPrefix starts every API key secret; 40 lowercase hex characters follow.
-const keyPrefix = "al_"
+// keyPrefix starts every native API key secret, E2BKeyPrefix every
+// E2B-shaped one; 40 lowercase hex characters follow.
+const (
+	keyPrefix    = "al_"
+	E2BKeyPrefix = "e2b_"
+)
 
 // Principal is an authenticated caller.
 type Principal struct {
@@ -46,19 +50,27 @@ func HashKey(secret string) string {
 	return hex.EncodeToString(h[:])
 }
 
-func newSecret() string {
+func newSecret() string { return newSecretWith(keyPrefix) }
+
+func newSecretWith(prefix string) string {
 	b := make([]byte, 20)
 	if _, err := rand.Read(b); err != nil {
 		panic(err)
 	}
-	return keyPrefix + hex.EncodeToString(b)
+	return prefix + hex.EncodeToString(b)
 }
 
+// wellFormedKey accepts native keys (al_…) and E2B-shaped keys (e2b_…),
+// each with 40 lowercase hex characters.
 func wellFormedKey(s string) bool {
-	if len(s) != len(keyPrefix)+40 || !strings.HasPrefix(s, keyPrefix) {
+	prefix := keyPrefix
+	if strings.HasPrefix(s, E2BKeyPrefix) {
+		prefix = E2BKeyPrefix
+	}
+	if len(s) != len(prefix)+40 || !strings.HasPrefix(s, prefix) {
 		return false
 	}
-	for _, c := range s[len(keyPrefix):] {
+	for _, c := range s[len(prefix):] {
 		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
 			return false
 		}
@@ -102,6 +114,9 @@ func (s *Service) Bootstrap(ctx context.Context) (adminSecret string, created bo
 		}
 	} else if err != nil {
 		return "", false, fmt.Errorf("bootstrap: get default org: %w", err)
+	}
+	if err := EnsurePoolOrg(ctx, s.Store, s.now()); err != nil {
+		return "", false, fmt.Errorf("bootstrap: %w", err)
 	}
 	secret := newSecret()
 	hash := HashKey(secret)
@@ -164,15 +179,40 @@ func (s *Service) ListOrgs(ctx context.Context, p Principal) ([]model.Org, error
 	if err != nil {
 		return nil, fmt.Errorf("list orgs: %w", err)
 	}
-	return orgs, nil
+	// The internal warm-pool org is not a tenant.
+	out := orgs[:0]
+	for _, o := range orgs {
+		if o.ID != PoolOrgID {
+			out = append(out, o)
+		}
+	}
+	return out, nil
 }
 
 // CreateKey creates an API key in orgID and returns it with its secret,
 // which is not retrievable later. Admins may create keys in their own org;
 // operators in any org.
 func (s *Service) CreateKey(ctx context.Context, p Principal, orgID, name string, admin bool) (model.APIKey, string, error) {
+	return s.CreateKeyWith(ctx, p, orgID, KeyOptions{Name: name, Admin: admin})
+}
+
+// KeyOptions describe a key to create.
+type KeyOptions struct {
+	Name  string
+	Admin bool
+	// E2B issues an E2B-shaped secret (e2b_ and 40 hex characters), which the
+	// E2B SDKs accept (the Python SDK checks the format).
+	E2B bool
+}
+
+// CreateKeyWith is CreateKey with every option.
+func (s *Service) CreateKeyWith(ctx context.Context, p Principal, orgID string, o KeyOptions) (model.APIKey, string, error) {
+	name, admin := o.Name, o.Admin
 	if !p.Admin || (p.OrgID != orgID && !p.Operator()) {
 		return model.APIKey{}, "", model.Errorf(model.ErrForbidden, "creating keys in org %s needs an admin key of that org", orgID)
+	}
+	if orgID == PoolOrgID {
+		return model.APIKey{}, "", model.Errorf(model.ErrForbidden, "org %s is internal (it owns warm-pool sandboxes); it has no keys", orgID)
 	}
 	if len(name) > 128 {
 		return model.APIKey{}, "", model.Errorf(model.ErrUnprocessable, "key name must be at most 128 characters")
@@ -182,9 +222,13 @@ func (s *Service) CreateKey(ctx context.Context, p Principal, orgID, name string
 	} else if err != nil {
 		return model.APIKey{}, "", fmt.Errorf("get org %s: %w", orgID, err)
 	}
-	secret := newSecret()
+	prefix := keyPrefix
+	if o.E2B {
+		prefix = E2BKeyPrefix
+	}
+	secret := newSecretWith(prefix)
 	key := model.APIKey{
-		ID: NewID("key"), OrgID: orgID, Name: name, Prefix: secret[:len(keyPrefix)+8],
+		ID: NewID("key"), OrgID: orgID, Name: name, Prefix: secret[:len(prefix)+8],
 		Hash: HashKey(secret), Admin: admin, CreatedAt: s.now(),
 	}
 	if err := s.Store.CreateAPIKey(ctx, key); err != nil {

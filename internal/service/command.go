@@ -27,11 +27,23 @@ const (
 )
 
 // runningSandbox returns the caller's sandbox and the worker serving it, or
-// model.ErrConflict if it is not running.
-func (s *Service) runningSandbox(ctx context.Context, p Principal, id, what string) (model.Sandbox, model.Worker, error) {
+// model.ErrConflict if it is not running. With wake set, a paused or suspended
+// sandbox (or one on its way there or back) is woken first unless it opted
+// out of auto-wake; the session is returned at once and the worker waits for
+// the sandbox to run before serving it.
+func (s *Service) runningSandbox(ctx context.Context, p Principal, id, what string, wake bool) (model.Sandbox, model.Worker, error) {
 	sb, err := s.GetSandbox(ctx, p, id)
 	if err != nil {
 		return model.Sandbox{}, model.Worker{}, err
+	}
+	switch sb.State {
+	case model.StatePaused, model.StateSuspended, model.StateSuspending, model.StateWaking:
+		if wake && sb.DesiredState != model.StateDeleted {
+			if err := s.autoWake(ctx, sb, what); err != nil {
+				return model.Sandbox{}, model.Worker{}, err
+			}
+			sb.State = model.StateRunning // for the checks below: it is on its way
+		}
 	}
 	if sb.State != model.StateRunning || sb.DesiredState == model.StateDeleted {
 		state := string(sb.State)
@@ -94,12 +106,25 @@ func (s *Service) CreateCommand(ctx context.Context, p Principal, sandboxID stri
 	if strings.ContainsRune(req.Cwd, 0) || strings.ContainsRune(req.User, 0) {
 		return apitypes.CommandSession{}, model.Errorf(model.ErrUnprocessable, "cwd and user must not contain NUL")
 	}
-	sb, w, err := s.runningSandbox(ctx, p, sandboxID, "commands")
+	sb, w, err := s.runningSandbox(ctx, p, sandboxID, "commands", true)
 	if err != nil {
 		return apitypes.CommandSession{}, err
 	}
+	// The sandbox's env travels with the command too (the worker merges the
+	// same way): a sandbox just claimed from a warm pool got its env in the
+	// claim, which its worker may not have synced yet.
+	env := req.Env
+	if len(sb.Env) > 0 {
+		env = make(map[string]string, len(sb.Env)+len(req.Env))
+		for k, v := range sb.Env {
+			env[k] = v
+		}
+		for k, v := range req.Env {
+			env[k] = v
+		}
+	}
 	spec := model.CommandSpec{
-		ID: NewID("cmd"), SandboxID: sb.ID, Argv: argv, Env: req.Env, Cwd: req.Cwd,
+		ID: NewID("cmd"), SandboxID: sb.ID, Argv: argv, Env: env, Cwd: req.Cwd,
 		User: req.User, Stdin: req.Stdin, TimeoutS: req.TimeoutS,
 	}
 	exp := s.now().Add(SessionTTL).Truncate(time.Second)
@@ -117,7 +142,7 @@ func (s *Service) CreateCommand(ctx context.Context, p Principal, sandboxID stri
 
 // ListCommands asks the sandbox's worker for the processes started in it.
 func (s *Service) ListCommands(ctx context.Context, p Principal, sandboxID string) ([]agentapi.ProcessInfo, error) {
-	sb, w, err := s.runningSandbox(ctx, p, sandboxID, "commands")
+	sb, w, err := s.runningSandbox(ctx, p, sandboxID, "commands", false)
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +185,7 @@ func (s *Service) ListCommands(ctx context.Context, p Principal, sandboxID strin
 // FilesSession returns the data-plane URL for the sandbox's files and a
 // files-scoped token for it.
 func (s *Service) FilesSession(ctx context.Context, p Principal, sandboxID string) (apitypes.FilesSession, error) {
-	sb, w, err := s.runningSandbox(ctx, p, sandboxID, "file operations")
+	sb, w, err := s.runningSandbox(ctx, p, sandboxID, "file operations", true)
 	if err != nil {
 		return apitypes.FilesSession{}, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -69,12 +70,16 @@ func (s *Service) CreateSandbox(ctx context.Context, p Principal, req apitypes.C
 	if req.TimeoutS < 0 {
 		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "timeout_s is %d; it must be 0 (no expiry) or more", req.TimeoutS)
 	}
+	idle, err := s.idleSuspend(ctx, p.OrgID, req.IdleSuspendAfterS)
+	if err != nil {
+		return model.Sandbox{}, model.Operation{}, err
+	}
 	rt := req.Runtime
 	if rt == "" {
 		rt = s.runtime()
 	}
-	if rt != DefaultRuntime {
-		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "runtime %q is not available; use %q", req.Runtime, DefaultRuntime)
+	if err := s.checkRuntime(ctx, rt); err != nil {
+		return model.Sandbox{}, model.Operation{}, err
 	}
 
 	now := s.now()
@@ -83,6 +88,7 @@ func (s *Service) CreateSandbox(ctx context.Context, p Principal, req apitypes.C
 		State: model.StatePending, DesiredState: model.StateRunning,
 		Env: req.Env, Metadata: req.Metadata, Resources: res, TimeoutS: req.TimeoutS,
 		CreatedAt: now, UpdatedAt: now, LastActivityAt: now,
+		IdleSuspendS: idle, NoAutoWake: req.AutoWake != nil && !*req.AutoWake,
 	}
 	if req.TimeoutS > 0 {
 		exp := now.Add(time.Duration(req.TimeoutS) * time.Second)
@@ -92,23 +98,59 @@ func (s *Service) CreateSandbox(ctx context.Context, p Principal, req apitypes.C
 		ID: NewID("op"), OrgID: p.OrgID, SandboxID: sb.ID, Kind: model.OpCreate, State: model.OpPending,
 		Target: model.StateRunning, CreatedAt: now, UpdatedAt: now, Deadline: now.Add(s.deadline()),
 	}
+	// A running warm-pool member that matches is handed over at once.
+	if csb, cop, ok, err := s.claim(ctx, sb, idempotencyKey); err != nil {
+		return model.Sandbox{}, model.Operation{}, err
+	} else if ok {
+		return csb, cop, nil
+	}
 	sb, op, existed, err := s.Store.CreateSandbox(ctx, sb, op, idempotencyKey)
 	if err != nil {
 		return model.Sandbox{}, model.Operation{}, fmt.Errorf("create sandbox: %w", err)
 	}
 	if existed {
-		// Return the current state of the first request's pair.
-		if cur, err := s.Store.GetSandbox(ctx, sb.ID); err == nil {
-			sb = cur
-		}
-		if cur, err := s.Store.GetOperation(ctx, op.ID); err == nil {
-			op = cur
-		}
+		sb, op = s.current(ctx, sb, op)
 		return sb, op, nil
 	}
 	s.publish(ctx, &sb, &op)
 	s.kick()
 	return sb, op, nil
+}
+
+// checkRuntime accepts the default runtime and any runtime a registered
+// worker offers (e.g. "qemu"); placement then picks a live worker with it.
+func (s *Service) checkRuntime(ctx context.Context, rt string) error {
+	if rt == DefaultRuntime {
+		return nil
+	}
+	ws, err := s.Store.ListWorkers(ctx)
+	if err != nil {
+		return fmt.Errorf("list workers: %w", err)
+	}
+	offered := []string{DefaultRuntime}
+	for _, w := range ws {
+		for _, r := range w.Runtimes {
+			if r == rt {
+				return nil
+			}
+			if !slices.Contains(offered, r) {
+				offered = append(offered, r)
+			}
+		}
+	}
+	return model.Errorf(model.ErrUnprocessable, "runtime %q is not available; workers offer %s", rt, strings.Join(offered, ", "))
+}
+
+// current returns the stored state of an idempotent request's pair (the
+// given values if a read fails).
+func (s *Service) current(ctx context.Context, sb model.Sandbox, op model.Operation) (model.Sandbox, model.Operation) {
+	if cur, err := s.Store.GetSandbox(ctx, sb.ID); err == nil {
+		sb = cur
+	}
+	if cur, err := s.Store.GetOperation(ctx, op.ID); err == nil {
+		op = cur
+	}
+	return sb, op
 }
 
 // publish appends events for a change that is already stored. A failure

@@ -25,6 +25,9 @@ type Store interface {
 	CreateOrg(ctx context.Context, org model.Org) error
 	GetOrg(ctx context.Context, id string) (model.Org, error)
 	ListOrgs(ctx context.Context) ([]model.Org, error)
+	// UpdateOrg writes an org's name, features and idle setting
+	// (ErrNotFound if absent).
+	UpdateOrg(ctx context.Context, org model.Org) error
 	CreateAPIKey(ctx context.Context, key model.APIKey) error
 	// GetAPIKeyByHash finds a key by the hex sha256 of its secret.
 	GetAPIKeyByHash(ctx context.Context, hash string) (model.APIKey, error)
@@ -51,8 +54,26 @@ type Store interface {
 	// (the operation is guarded on its current state: op.State is written only
 	// if the stored operation is not Done).
 	UpdateSandboxAndOperation(ctx context.Context, sb model.Sandbox, op model.Operation) (model.Sandbox, model.Operation, error)
+	// UpdateSandboxCreateOperation does the guarded sandbox write (as
+	// UpdateSandbox) and inserts op, in one transaction: a lifecycle request
+	// changes the desired state and records its operation atomically.
+	UpdateSandboxCreateOperation(ctx context.Context, sb model.Sandbox, op model.Operation) (model.Sandbox, model.Operation, error)
 	// TouchSandbox sets LastActivityAt without bumping the generation.
 	TouchSandbox(ctx context.Context, id string, at time.Time) error
+	// ClaimSandbox hands a warm-pool member to an org, in one transaction:
+	// the guarded write of sb (as UpdateSandbox, except that OrgID is written
+	// too, and only while the stored row is still a pool member: Pool not
+	// empty, else ErrConflict), the insert of op and, when idempotencyKey is
+	// not empty, the key → (sandbox, operation) mapping under sb.OrgID. If
+	// that org already used the key, nothing is written and the earlier
+	// sandbox and operation are returned with existed=true.
+	ClaimSandbox(ctx context.Context, sb model.Sandbox, op model.Operation, idempotencyKey string) (model.Sandbox, model.Operation, bool, error)
+
+	// Warm pools, keyed by template digest. PutPool upserts (CreatedAt is
+	// kept on update); DeletePool is ErrNotFound if absent.
+	PutPool(ctx context.Context, p model.Pool) error
+	ListPools(ctx context.Context) ([]model.Pool, error)
+	DeletePool(ctx context.Context, digest string) error
 
 	// Operations.
 	CreateOperation(ctx context.Context, op model.Operation) error

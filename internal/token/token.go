@@ -22,6 +22,7 @@ import (
 const (
 	ScopeCommand = "command" // attach to one command session (Command set)
 	ScopeFiles   = "files"   // file operations and command listing on one sandbox
+	ScopeEnvd    = "envd"    // E2B envd and sandbox-port traffic to one sandbox
 )
 
 // ErrInvalid is returned for a malformed, forged or expired token.

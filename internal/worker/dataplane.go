@@ -27,6 +27,14 @@ package worker
 // client sends FrameStdin, FrameStdinClose and FrameSignal (JSON Signal).
 // The first attach starts the process; a dropped attachment leaves it
 // running.
+//
+// A request for a paused or suspended sandbox asks the server to wake it
+// and waits until it runs (at most WakeWaitTimeout); one for a sandbox in
+// transition (starting, suspending, waking) waits until it settles. A
+// refused wake fails the request with the server's message (409). An
+// attachment open when its sandbox is suspended ends with close code 1013
+// (try again later) and no error frame: re-attaching from the offset
+// reached waits for the wake and continues the output.
 
 import (
 	"context"
@@ -70,6 +78,7 @@ func (w *Worker) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/sandboxes/{sid}/files/mkdir", w.files(w.handleMkdir))
 	mux.HandleFunc("POST /v1/sandboxes/{sid}/files/move", w.files(w.handleMove))
 	mux.HandleFunc("DELETE /v1/sandboxes/{sid}/files", w.files(w.handleRemove))
+	w.registerE2B(mux) // E2B envd and sandbox ports (envd.go)
 	mux.HandleFunc("/", func(rw http.ResponseWriter, r *http.Request) {
 		writeError(rw, model.Errorf(model.ErrNotFound, "no route %s %s", r.Method, r.URL.Path))
 	})
@@ -113,11 +122,13 @@ func (w *Worker) files(h filesHandler) http.HandlerFunc {
 			writeError(rw, err)
 			return
 		}
-		ac, _, err := w.agentFor(r.PathValue("sid"))
+		sid := r.PathValue("sid")
+		ac, _, err := w.awaitAgent(r.Context(), sid)
 		if err != nil {
 			writeError(rw, err)
 			return
 		}
+		defer w.touch(sid) // long transfers count until they end
 		if err := h(rw, r, ac); err != nil {
 			w.log.Debug("data plane request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 			writeError(rw, err)
@@ -349,7 +360,7 @@ func (w *Worker) handleAttach(rw http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	ac, env, err := w.agentFor(sid)
+	ac, env, err := w.awaitAgent(r.Context(), sid)
 	if err != nil {
 		writeError(rw, err)
 		return
@@ -368,7 +379,7 @@ func (w *Worker) handleAttach(rw http.ResponseWriter, r *http.Request) {
 	defer conn.CloseNow()
 	w.attaches.Add(1)
 	defer w.attaches.Done()
-	w.attach(r.Context(), conn, ac, cid, info, offset)
+	w.attach(r.Context(), conn, ac, sid, cid, info, offset)
 }
 
 // ensureProcess starts the command on its first attach and returns its info.
@@ -396,10 +407,25 @@ func ensureProcess(ctx context.Context, ac *agentclient.Client, c model.CommandS
 
 // attach pumps output frames to the client and client frames to the agent
 // until the process exits or either side goes away.
-func (w *Worker) attach(ctx context.Context, conn *websocket.Conn, ac *agentclient.Client, cid string, info agentapi.ProcessInfo, offset int64) {
+func (w *Worker) attach(ctx context.Context, conn *websocket.Conn, ac *agentclient.Client, sid, cid string, info agentapi.ProcessInfo, offset int64) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	log := w.log.With("command", cid)
+
+	// An attached command is activity for as long as it stays attached.
+	go func() {
+		t := time.NewTicker(ActivityInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				w.touch(sid)
+				return
+			case <-t.C:
+				w.touch(sid)
+			}
+		}
+	}()
 
 	// Client → agent. Stdin bytes go through one streaming request per
 	// attachment, so their order is kept; the pipe gives backpressure.
@@ -423,9 +449,17 @@ func (w *Worker) attach(ctx context.Context, conn *websocket.Conn, ac *agentclie
 	for {
 		kind, payload, err := out.Next()
 		if err != nil {
-			if ctx.Err() == nil {
-				sendError(ctx, conn, fmt.Errorf("read output: %w", err))
+			if ctx.Err() != nil {
+				return
 			}
+			if w.leftRunning(sid, ac) {
+				// Suspended (or otherwise moved on) under the attachment: the
+				// client re-attaches and its request waits for the wake.
+				log.Debug("output stream ended by a lifecycle change", "err", err)
+				conn.Close(websocket.StatusTryAgainLater, "sandbox is being suspended; attach again from the offset reached")
+				return
+			}
+			sendError(ctx, conn, fmt.Errorf("read output: %w", err))
 			return
 		}
 		if err := writeFrame(ctx, conn, kind, payload); err != nil {
@@ -438,6 +472,25 @@ func (w *Worker) attach(ctx context.Context, conn *websocket.Conn, ac *agentclie
 			return
 		}
 	}
+}
+
+// leftRunning reports whether sandbox sid is no longer the running sandbox
+// whose agent is ac: it is suspending, suspended, waking, or was woken
+// with a new agent client.
+func (w *Worker) leftRunning(sid string, ac *agentclient.Client) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	sb := w.sandboxes[sid]
+	if sb == nil {
+		return false
+	}
+	switch sb.state {
+	case model.StateSuspending, model.StateSuspended, model.StateWaking:
+		return true
+	case model.StateRunning, model.StatePaused:
+		return sb.agent != ac
+	}
+	return false
 }
 
 func (w *Worker) pumpInput(ctx context.Context, conn *websocket.Conn, ac *agentclient.Client, cid string, log interface {

@@ -21,8 +21,10 @@ import (
 	"github.com/airlock/airlock/internal/agentapi"
 	"github.com/airlock/airlock/internal/client"
 	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/runtime"
 	"github.com/airlock/airlock/internal/runtime/gvisor"
 	"github.com/airlock/airlock/internal/setup"
+	"github.com/airlock/airlock/internal/snapshot"
 	"github.com/airlock/airlock/internal/token"
 )
 
@@ -76,14 +78,23 @@ type gvisorEnv struct {
 	tmpl      model.Template
 	newDriver func() *gvisor.Driver
 	rootfsFor func(string) string
+	// snaps is the worker's snapshot store; driver wraps a gvisor driver the
+	// way the worker gets it (a runtime.Multi, as in the daemon).
+	snaps  *snapshot.Store
+	driver func() runtime.Driver
+	base   string
 }
 
-func newGVisorEnv(t testing.TB) *gvisorEnv {
+func newGVisorEnv(t testing.TB) *gvisorEnv { return newGVisorEnvWith(t, nil) }
+
+// newGVisorEnvWith lets wrap replace the gvisor driver inside the Multi
+// (to inject failures).
+func newGVisorEnvWith(t testing.TB, wrap func(*gvisor.Driver) runtime.Driver) *gvisorEnv {
 	runsc := requireRunsc(t)
 	tmpl, rootfs := baseTemplate(t)
 	ctx := testContext(t)
 	base := t.TempDir()
-	e := &gvisorEnv{id: newSandboxID(), tmpl: tmpl, srv: newFakeServer(t)}
+	e := &gvisorEnv{id: newSandboxID(), tmpl: tmpl, srv: newFakeServer(t), base: base}
 	e.newDriver = func() *gvisor.Driver {
 		d, err := gvisor.New(gvisor.Config{RunscPath: runsc, StateDir: filepath.Join(base, "state"), RunDir: filepath.Join(base, "run")})
 		if err != nil {
@@ -104,7 +115,19 @@ func newGVisorEnv(t testing.TB) *gvisorEnv {
 		// runsc leaves its gofer's network namespace mounted in the state dir.
 		_ = syscall.Unmount(filepath.Join(base, "state", "null-netns"), syscall.MNT_DETACH)
 	})
-	e.tw = startWorker(t, e.srv, e.newDriver(), e.rootfsFor)
+	snaps, err := snapshot.Open(filepath.Join(base, "snapshots"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.snaps = snaps
+	e.driver = func() runtime.Driver {
+		var d runtime.Driver = e.newDriver()
+		if wrap != nil {
+			d = wrap(e.newDriver())
+		}
+		return &runtime.Multi{Drivers: map[string]runtime.Driver{gvisor.Name: d}, Default: gvisor.Name}
+	}
+	e.tw = startWorkerWith(t, e.srv, e.driver(), e.rootfsFor, e.snaps)
 	t0 := time.Now()
 	e.srv.assign(e.id, tmpl.Digest, model.StateRunning)
 	e.srv.waitObserved(ctx, e.id, model.StateRunning)
@@ -204,12 +227,14 @@ func TestWorkerGVisor(t *testing.T) {
 		t.Fatalf("file after restart: %+v %v", st, err)
 	}
 
-	// Pause: the data plane refuses while frozen; a restarted worker adopts
-	// the paused sandbox; resume brings back the same processes.
+	// Pause: the data plane refuses while frozen when the sandbox opted out
+	// of auto-wake; a restarted worker adopts the paused sandbox; resume
+	// brings back the same processes.
+	srv.setNoAutoWake(id, true)
 	srv.assign(id, tmpl.Digest, model.StatePaused)
 	srv.waitObserved(ctx, id, model.StatePaused)
-	if _, err := fc.Stat(ctx, "blob"); !errors.Is(err, model.ErrUnavailable) {
-		t.Fatalf("stat while paused: %v, want unavailable", err)
+	if _, err := fc.Stat(ctx, "blob"); !errors.Is(err, model.ErrConflict) || !strings.Contains(err.Error(), "opted out of auto-wake") {
+		t.Fatalf("stat while paused without auto-wake: %v, want the server's conflict", err)
 	}
 	tw2.stop(t)
 	tw3 := startWorker(t, srv, newDriver(), rootfsFor)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/runtime"
+	"github.com/airlock/airlock/internal/snapshot"
 	"github.com/airlock/airlock/internal/token"
 	"github.com/airlock/airlock/internal/workerapi"
 )
@@ -43,16 +44,23 @@ type fakeServer struct {
 	registered  int
 	syncedSince bool // a sync arrived since the last registration
 	dataPlane   string
+	// history lists every state observed per sandbox, in order.
+	history map[string][]model.SandboxState
+	// noAutoWake marks sandboxes whose wake requests get a 409.
+	noAutoWake map[string]bool
+	wakes      int // wake requests accepted
 }
 
 func newFakeServer(t testing.TB) *fakeServer {
 	f := &fakeServer{
 		t: t, key: token.NewKey(), changed: make(chan struct{}),
 		assignments: map[string]workerapi.Assignment{}, observed: map[string]workerapi.Observed{},
+		history: map[string][]model.SandboxState{}, noAutoWake: map[string]bool{},
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /internal/v1/workers/register", f.handleRegister)
 	mux.HandleFunc("POST /internal/v1/workers/{id}/sync", f.handleSync)
+	mux.HandleFunc("POST /internal/v1/workers/{id}/wake", f.handleWake)
 	f.srv = httptest.NewServer(mux)
 	t.Cleanup(f.srv.Close)
 	return f
@@ -106,12 +114,18 @@ func (f *fakeServer) handleSync(w http.ResponseWriter, r *http.Request) {
 	changed := !f.syncedSince
 	f.syncedSince = true
 	for _, o := range req.Observed {
-		if f.observed[o.SandboxID] != o {
+		if prev, ok := f.observed[o.SandboxID]; !ok || prev != o {
+			if !ok || prev.State != o.State {
+				f.history[o.SandboxID] = append(f.history[o.SandboxID], o.State)
+			}
 			f.observed[o.SandboxID] = o
 			changed = true
 		}
-		if a, ok := f.assignments[o.SandboxID]; ok && (o.State == model.StateRunning || o.State == model.StatePaused || o.State == model.StateFailed) {
+		if a, ok := f.assignments[o.SandboxID]; ok && o.State != model.StateDeleted {
 			a.Sandbox.State = o.State
+			if o.SnapshotID != "" {
+				a.Sandbox.SnapshotID = o.SnapshotID
+			}
 			f.assignments[o.SandboxID] = a
 		}
 		if o.State == model.StateDeleted {
@@ -152,16 +166,88 @@ func (f *fakeServer) assign(id, digest string, desired model.SandboxState) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	state := model.StateStarting // like the controller: placed, not yet seen running
+	var snap string
 	if a, ok := f.assignments[id]; ok {
-		state = a.Sandbox.State
+		state, snap = a.Sandbox.State, a.Sandbox.SnapshotID
 	}
 	f.assignments[id] = workerapi.Assignment{
-		Sandbox: model.Sandbox{ID: id, Template: "base", TemplateDigest: digest, State: state,
-			Resources: model.Resources{VCPUs: 1, MemoryMiB: 512}},
+		Sandbox: model.Sandbox{ID: id, Template: "base", TemplateDigest: digest, State: state, SnapshotID: snap,
+			Resources: model.Resources{VCPUs: 1, MemoryMiB: 512}, NoAutoWake: f.noAutoWake[id]},
 		Desired: desired,
 	}
 	f.version++
 	f.bump()
+}
+
+// handleWake is the server side of an auto-wake: like the controller, it
+// sets the desired state to running, or refuses when the sandbox opted out.
+func (f *fakeServer) handleWake(w http.ResponseWriter, r *http.Request) {
+	if !f.authorized(w, r) {
+		return
+	}
+	var req workerapi.WakeRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a, ok := f.assignments[req.SandboxID]
+	switch {
+	case !ok:
+		http.Error(w, `{"error":{"code":"not_found","message":"no such sandbox"}}`, http.StatusNotFound)
+		return
+	case f.noAutoWake[req.SandboxID]:
+		w.WriteHeader(http.StatusConflict)
+		fmt.Fprintf(w, `{"error":{"code":"conflict","message":"sandbox %s opted out of auto-wake; wake it explicitly"}}`, req.SandboxID)
+		return
+	}
+	f.wakes++
+	a.Desired = model.StateRunning
+	f.assignments[req.SandboxID] = a
+	f.version++
+	f.bump()
+	w.WriteHeader(http.StatusAccepted)
+	_ = json.NewEncoder(w).Encode(map[string]any{"operation": model.Operation{ID: "op-wake-" + req.SandboxID, SandboxID: req.SandboxID}})
+}
+
+// wakeCount returns how many wake requests were accepted.
+func (f *fakeServer) wakeCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.wakes
+}
+
+// waitFor waits until cond holds for what the worker reported of id (its
+// last observation and the history of its states).
+func (f *fakeServer) waitFor(ctx context.Context, id string, cond func(workerapi.Observed, []model.SandboxState) bool) workerapi.Observed {
+	f.t.Helper()
+	for {
+		f.mu.Lock()
+		o := f.observed[id]
+		h := append([]model.SandboxState(nil), f.history[id]...)
+		ch := f.changed
+		f.mu.Unlock()
+		if cond(o, h) {
+			return o
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			f.t.Fatalf("sandbox %s: condition never held (last: %+v, history %v)", id, o, h)
+		}
+	}
+}
+
+// setNoAutoWake opts sandbox id out of auto-wake (or back in).
+func (f *fakeServer) setNoAutoWake(id string, v bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.noAutoWake[id] = v
+	if a, ok := f.assignments[id]; ok {
+		a.Sandbox.NoAutoWake = v
+		f.assignments[id] = a
+	}
 }
 
 // waitObserved waits until the worker reported sandbox id in state st.
@@ -411,7 +497,14 @@ type testWorker struct {
 
 func startWorker(t testing.TB, srv *fakeServer, drv runtime.Driver, rootfs func(string) string) *testWorker {
 	t.Helper()
+	return startWorkerWith(t, srv, drv, rootfs, nil)
+}
+
+// startWorkerWith is startWorker with a snapshot store.
+func startWorkerWith(t testing.TB, srv *fakeServer, drv runtime.Driver, rootfs func(string) string, snaps *snapshot.Store) *testWorker {
+	t.Helper()
 	w, err := New(Config{
+		Snapshots:     snaps,
 		ID:            "w-test",
 		ServerURL:     srv.srv.URL,
 		WorkerToken:   testWorkerToken,

@@ -7,12 +7,14 @@
 // registration.
 //
 // Reconciliation is level triggered and per-sandbox serialized: at most one
-// action (start, delete, pause or resume) runs for a sandbox at a time, each
-// in its own goroutine, and every change of observed state triggers an
-// immediate Sync. Desired states: running, deleted, and paused when the
-// driver implements runtime.Pauser.
+// action (start, delete, pause, resume, suspend or wake) runs for a sandbox
+// at a time, each in its own goroutine, and every change of observed state
+// triggers an immediate Sync. Desired states: running, deleted, paused when
+// the driver implements runtime.Pauser, and suspended when it implements
+// runtime.Snapshotter and the worker has a snapshot store (lifecycle.go).
 // Stopping the worker (cancelling Run's context) leaves sandboxes running; a
-// new worker process on the same host adopts them.
+// new worker process on the same host adopts them, and finds suspended ones
+// in the snapshot store.
 package worker
 
 import (
@@ -36,6 +38,7 @@ import (
 	"github.com/airlock/airlock/internal/agentclient"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/runtime"
+	"github.com/airlock/airlock/internal/snapshot"
 	"github.com/airlock/airlock/internal/workerapi"
 )
 
@@ -64,7 +67,11 @@ type Config struct {
 	// DataPlaneURL is the base URL clients reach the data plane at (advertised
 	// to the server). Defaults to http://<listener address>.
 	DataPlaneURL string
-	Driver       runtime.Driver
+	// Driver runs sandboxes; the daemon passes a *runtime.Multi, whose
+	// Names() the worker reports as its runtimes.
+	Driver runtime.Driver
+	// Snapshots stores suspend snapshots; nil: the worker cannot suspend.
+	Snapshots *snapshot.Store
 	// Templates lists the templates present on this worker.
 	Templates func() ([]model.Template, error)
 	// RootFS maps a template digest to its root filesystem directory ("" if absent).
@@ -104,14 +111,28 @@ func (c *Config) Validate() error {
 // Worker.mu; busy marks an action in flight.
 type sandbox struct {
 	id     string
-	state  model.SandboxState // starting, running, paused, failed, deleting, deleted
+	state  model.SandboxState // starting, running, paused, suspending, suspended, waking, failed, deleting, deleted
 	reason string
 	busy   bool
-	// retryAt delays another delete after one failed.
-	retryAt time.Time
-	env     map[string]string
-	handle  runtime.Sandbox
-	agent   *agentclient.Client
+	// retryAt delays another delete (or pause) after one failed;
+	// suspendRetryAt another suspend, wakeRetryAt another wake.
+	retryAt        time.Time
+	suspendRetryAt time.Time
+	wakeRetryAt    time.Time
+	env            map[string]string
+	// spec is the sandbox as last assigned (runtime, template, resources).
+	spec   model.Sandbox
+	handle runtime.Sandbox
+	agent  *agentclient.Client
+	// snapshotID/snapshotBytes name the committed suspend snapshot while
+	// the sandbox is suspended.
+	snapshotID    string
+	snapshotBytes int64
+	// lastActivity is the last data-plane use (see touch).
+	lastActivity time.Time
+	// wakeCall is the wake request in flight to the server, shared by every
+	// data-plane request waiting for this sandbox.
+	wakeCall *wakeCall
 }
 
 // Worker runs sandboxes for one server.
@@ -128,7 +149,13 @@ type Worker struct {
 	synced    bool // a Sync succeeded: assignments are authoritative
 	workerID  string
 
-	kick     chan struct{} // observed state changed: sync now
+	kick chan struct{} // observed state changed: sync now
+	// stateCh is closed and replaced on every change of a sandbox's state
+	// (guarded by stateMu), for data-plane requests waiting on one.
+	stateMu  sync.Mutex
+	stateCh  chan struct{}
+	activity atomic.Bool // a sandbox's lastActivity moved since the last report
+	resync   atomic.Bool // the next Sync asks for the assignments at once
 	actions  sync.WaitGroup
 	attaches sync.WaitGroup // hijacked WebSocket handlers, which Shutdown does not wait for
 }
@@ -145,6 +172,7 @@ func New(cfg Config) (*Worker, error) {
 		http:      cfg.HTTPClient,
 		sandboxes: make(map[string]*sandbox),
 		kick:      make(chan struct{}, 1),
+		stateCh:   make(chan struct{}),
 		workerID:  cfg.ID,
 	}
 	if w.log == nil {
@@ -204,6 +232,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.adopt(ctx)
 	bg.Add(1)
 	go func() { defer bg.Done(); w.watchStatus(ctx) }()
+	bg.Add(1)
+	go func() { defer bg.Done(); w.reportActivity(ctx) }()
 
 	err := w.syncLoop(ctx)
 
@@ -239,12 +269,38 @@ func closeSandbox(sb *sandbox) {
 	}
 }
 
-// changed wakes the sync loop.
+// changed wakes the sync loop and everything waiting on a sandbox's state.
 func (w *Worker) changed() {
+	w.kickSync()
+	w.stateMu.Lock()
+	close(w.stateCh)
+	w.stateCh = make(chan struct{})
+	w.stateMu.Unlock()
+}
+
+// retryAfter reconciles again after d (a delayed retry is due), without
+// waiting for the long poll to end.
+func (w *Worker) retryAfter(d time.Duration) {
+	time.AfterFunc(d, func() {
+		w.resync.Store(true)
+		w.kickSync()
+	})
+}
+
+// kickSync wakes the sync loop.
+func (w *Worker) kickSync() {
 	select {
 	case w.kick <- struct{}{}:
 	default:
 	}
+}
+
+// stateChanged returns a channel closed at the next change; take it before
+// reading the state it guards against missing.
+func (w *Worker) stateChanged() <-chan struct{} {
+	w.stateMu.Lock()
+	defer w.stateMu.Unlock()
+	return w.stateCh
 }
 
 // adopt reattaches to every sandbox the driver still has; what cannot be
@@ -270,27 +326,43 @@ func (w *Worker) adopt(ctx context.Context) {
 	wg.Wait()
 }
 
+// adoptOrDelete adopts one runtime sandbox. One with a committed suspend
+// snapshot is suspended, whatever its runtime says (a suspend committed,
+// then the worker died before releasing the runtime; runsc may still call
+// the stopped guest running for a while): the runtime is released. One
+// that is not running or paused and has no snapshot is released and
+// failed.
 func (w *Worker) adoptOrDelete(ctx context.Context, id string) {
 	sb := &sandbox{id: id}
-	actx, cancel := context.WithTimeout(ctx, AdoptTimeout)
-	h, ac, paused, err := w.adoptOne(actx, id)
-	cancel()
-	if err != nil {
-		w.log.Warn("cannot adopt sandbox; deleting it", "sandbox", id, "err", err)
-		if derr := w.cfg.Driver.Delete(context.WithoutCancel(ctx), id); derr != nil {
-			w.log.Error("delete unadoptable sandbox", "sandbox", id, "err", derr)
+	if m, ok := w.latestSuspend(id); ok {
+		w.log.Info("sandbox is suspended (committed snapshot found); releasing its runtime", "sandbox", id, "snapshot", m.ID)
+		if err := w.cfg.Driver.Delete(context.WithoutCancel(ctx), id); err != nil {
+			w.log.Error("release the runtime of a suspended sandbox", "sandbox", id, "err", err)
+			sb.reason = "runtime not fully released: " + err.Error()
 		}
-		sb.state, sb.reason = model.StateFailed, "sandbox could not be adopted after a worker restart"
+		sb.state, sb.snapshotID, sb.snapshotBytes = model.StateSuspended, m.ID, m.Bytes
 	} else {
-		w.log.Info("adopted sandbox", "sandbox", id, "paused", paused)
-		sb.state, sb.handle, sb.agent = model.StateRunning, h, ac
-		if paused {
-			sb.state = model.StatePaused
+		actx, cancel := context.WithTimeout(ctx, AdoptTimeout)
+		h, ac, paused, err := w.adoptOne(actx, id)
+		cancel()
+		if err != nil {
+			w.log.Warn("cannot adopt sandbox; deleting it", "sandbox", id, "err", err)
+			if derr := w.cfg.Driver.Delete(context.WithoutCancel(ctx), id); derr != nil {
+				w.log.Error("delete unadoptable sandbox", "sandbox", id, "err", derr)
+			}
+			sb.state, sb.reason = model.StateFailed, "sandbox could not be adopted after a worker restart ("+err.Error()+") and has no committed snapshot"
+		} else {
+			w.log.Info("adopted sandbox", "sandbox", id, "paused", paused)
+			sb.state, sb.handle, sb.agent = model.StateRunning, h, ac
+			if paused {
+				sb.state = model.StatePaused
+			}
 		}
 	}
 	w.mu.Lock()
 	w.sandboxes[id] = sb
 	w.mu.Unlock()
+	w.changed()
 }
 
 func (w *Worker) adoptOne(ctx context.Context, id string) (_ runtime.Sandbox, _ *agentclient.Client, paused bool, _ error) {
@@ -360,8 +432,14 @@ func (w *Worker) checkStatus(ctx context.Context) {
 		}
 		w.mu.Lock()
 		if sb := w.sandboxes[id]; sb != nil && sb.state == model.StateRunning && !sb.busy {
-			w.log.Warn("sandbox runtime exited", "sandbox", id, "status", st)
-			sb.state, sb.reason = model.StateFailed, "sandbox runtime exited"
+			reason := "sandbox runtime exited"
+			if sr, ok := w.cfg.Driver.(runtime.StopReasoner); ok {
+				if r := sr.StopReason(id); r != "" {
+					reason += ": " + r
+				}
+			}
+			w.log.Warn("sandbox runtime exited", "sandbox", id, "status", st, "reason", reason)
+			sb.state, sb.reason = model.StateFailed, reason
 			closeSandbox(sb)
 			w.changed()
 		}
@@ -395,7 +473,11 @@ func (w *Worker) syncLoop(ctx context.Context) error {
 			case <-stop:
 			}
 		}()
-		resp, err := w.sync(pollCtx, req, version)
+		v := version
+		if w.resync.Swap(false) {
+			v = -1 // a different version: the server answers at once
+		}
+		resp, err := w.sync(pollCtx, req, v)
 		close(stop)
 		cancel()
 		if err != nil {
@@ -449,7 +531,11 @@ func (w *Worker) observed() (workerapi.SyncRequest, []string) {
 		if st == model.StateDeleting {
 			continue // not gone yet; the server already knows it is deleting
 		}
-		req.Observed = append(req.Observed, workerapi.Observed{SandboxID: id, State: st, Reason: sb.reason})
+		o := workerapi.Observed{SandboxID: id, State: st, Reason: sb.reason, LastActivity: sb.lastActivity}
+		if st == model.StateSuspended {
+			o.SnapshotID, o.SnapshotBytes = sb.snapshotID, sb.snapshotBytes
+		}
+		req.Observed = append(req.Observed, o)
 		if st == model.StateDeleted {
 			reported = append(reported, id)
 		}
@@ -474,58 +560,57 @@ func (w *Worker) reconcile(ctx context.Context, as []workerapi.Assignment) {
 	defer w.mu.Unlock()
 	first := !w.synced
 	w.synced = true
+	now := time.Now()
 	assigned := make(map[string]bool, len(as))
 	for _, a := range as {
 		id := a.Sandbox.ID
 		assigned[id] = true
 		sb := w.sandboxes[id]
-		switch a.Desired {
-		case model.StateDeleted:
+		if sb == nil {
+			sb = w.discover(ctx, a)
 			if sb == nil {
-				// Gone already (maybe deleted before a restart): say so again;
-				// reporting deleted is idempotent.
-				w.sandboxes[id] = &sandbox{id: id, state: model.StateDeleted}
 				continue
 			}
-			if sb.busy || sb.state == model.StateDeleted || time.Now().Before(sb.retryAt) {
+		}
+		sb.spec = a.Sandbox
+		if sb.env == nil {
+			sb.env = a.Sandbox.Env
+		}
+		if sb.busy || sb.state == model.StateDeleted {
+			continue
+		}
+		switch a.Desired {
+		case model.StateDeleted:
+			if now.Before(sb.retryAt) {
 				continue
 			}
 			w.startDelete(ctx, sb)
 		case model.StateRunning:
-			if sb != nil {
-				if sb.env == nil {
-					sb.env = a.Sandbox.Env
-				}
-				if sb.state == model.StatePaused && !sb.busy && !time.Now().Before(sb.retryAt) {
+			switch sb.state {
+			case model.StatePaused:
+				if !now.Before(sb.retryAt) {
 					w.startPause(ctx, sb, false)
 				}
-				continue // starting, running or failed: nothing to do
+			case model.StateSuspended:
+				if !now.Before(sb.wakeRetryAt) {
+					w.startWake(ctx, sb)
+				}
 			}
-			if st := a.Sandbox.State; st == model.StateRunning || st == model.StatePaused {
-				// It ran here and is gone (say, the host rebooted): report it
-				// gone rather than start an empty sandbox under its name.
-				w.sandboxes[id] = &sandbox{id: id, state: model.StateDeleted,
-					reason: "sandbox is gone from worker " + w.cfg.ID + " (lost across a restart)"}
-				continue
-			}
-			sb = &sandbox{id: id, state: model.StateStarting, env: a.Sandbox.Env, busy: true}
-			w.sandboxes[id] = sb
-			w.changed()
-			w.actions.Add(1)
-			go func() {
-				defer w.actions.Done()
-				w.start(ctx, sb, a.Sandbox)
-			}()
+			// starting, running or failed: nothing to do
 		case model.StatePaused:
-			if sb != nil && sb.state == model.StateRunning && !sb.busy && !time.Now().Before(sb.retryAt) {
+			if sb.state == model.StateRunning && !now.Before(sb.retryAt) {
 				w.startPause(ctx, sb, true)
+			}
+		case model.StateSuspended:
+			if (sb.state == model.StateRunning || sb.state == model.StatePaused) && !now.Before(sb.suspendRetryAt) {
+				w.startSuspend(ctx, sb)
 			}
 		default:
 			w.log.Warn("unsupported desired state", "sandbox", id, "desired", a.Desired)
 		}
 	}
 	for id, sb := range w.sandboxes {
-		if assigned[id] || sb.busy || sb.state == model.StateDeleted || time.Now().Before(sb.retryAt) {
+		if assigned[id] || sb.busy || sb.state == model.StateDeleted || now.Before(sb.retryAt) {
 			continue
 		}
 		if first {
@@ -535,16 +620,84 @@ func (w *Worker) reconcile(ctx context.Context, as []workerapi.Assignment) {
 	}
 }
 
+// discover decides what an assigned sandbox the worker has no record of
+// is, and records it (nil: nothing to record). It was never started here
+// (start it), or it is suspended here (its committed snapshot is in the
+// store, maybe from before a worker restart), or it is gone. w.mu is held.
+func (w *Worker) discover(ctx context.Context, a workerapi.Assignment) *sandbox {
+	id := a.Sandbox.ID
+	var snap *snapshot.Manifest
+	if a.Sandbox.SnapshotID != "" || a.Desired != model.StateRunning || !neverRan(a.Sandbox.State) {
+		if m, ok := w.latestSuspend(id); ok {
+			snap = &m
+		} else if a.Sandbox.SnapshotID != "" && w.cfg.Snapshots != nil {
+			if m, _, err := w.cfg.Snapshots.Get(id, a.Sandbox.SnapshotID); err == nil {
+				snap = &m
+			}
+		}
+	}
+	var sb *sandbox
+	switch {
+	case snap != nil:
+		// Delete, wake or leave suspended: reconcile goes on from here.
+		sb = &sandbox{id: id, state: model.StateSuspended, snapshotID: snap.ID, snapshotBytes: snap.Bytes}
+	case a.Desired == model.StateDeleted:
+		// Gone already (maybe deleted before a restart): say so again;
+		// reporting deleted is idempotent. Snapshots of it are removed.
+		if w.cfg.Snapshots != nil {
+			if err := w.cfg.Snapshots.DeleteSandbox(id); err != nil {
+				w.log.Warn("delete snapshots of a deleted sandbox", "sandbox", id, "err", err)
+			}
+		}
+		sb = &sandbox{id: id, state: model.StateDeleted}
+	case a.Sandbox.State == model.StateRunning || a.Sandbox.State == model.StatePaused:
+		// It ran here and is gone (say, the host rebooted): report it gone
+		// rather than start an empty sandbox under its name.
+		sb = &sandbox{id: id, state: model.StateDeleted,
+			reason: "sandbox is gone from worker " + w.cfg.ID + " (lost across a restart)"}
+	case !neverRan(a.Sandbox.State):
+		sb = &sandbox{id: id, state: model.StateFailed,
+			reason: "sandbox was " + string(a.Sandbox.State) + " but worker " + w.cfg.ID + " has neither its runtime nor a committed snapshot of it"}
+	case a.Desired == model.StateRunning:
+		sb = &sandbox{id: id, state: model.StateStarting, env: a.Sandbox.Env, spec: a.Sandbox, busy: true}
+		w.sandboxes[id] = sb
+		w.changed()
+		w.actions.Add(1)
+		go func() {
+			defer w.actions.Done()
+			w.start(ctx, sb, a.Sandbox)
+		}()
+		return nil
+	default:
+		return nil
+	}
+	w.sandboxes[id] = sb
+	w.changed()
+	return sb
+}
+
+// neverRan reports a server-side state of a sandbox that was never started.
+func neverRan(st model.SandboxState) bool {
+	return st == "" || st == model.StatePending || st == model.StateStarting
+}
+
 // startDelete begins deleting sb; w.mu is held.
 func (w *Worker) startDelete(ctx context.Context, sb *sandbox) {
 	sb.busy = true
 	sb.state = model.StateDeleting
 	closeSandbox(sb)
+	w.changed()
 	w.actions.Add(1)
 	go func() {
 		defer w.actions.Done()
-		// Deletion finishes even when the worker is stopping.
+		// Deletion finishes even when the worker is stopping. Its snapshots
+		// go with it.
 		err := w.cfg.Driver.Delete(context.WithoutCancel(ctx), sb.id)
+		if w.cfg.Snapshots != nil {
+			if serr := w.cfg.Snapshots.DeleteSandbox(sb.id); serr != nil {
+				err = errors.Join(err, fmt.Errorf("delete snapshots: %w", serr))
+			}
+		}
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		sb.busy = false
@@ -552,6 +705,7 @@ func (w *Worker) startDelete(ctx context.Context, sb *sandbox) {
 			w.log.Error("delete sandbox", "sandbox", sb.id, "err", err)
 			sb.state, sb.reason = model.StateFailed, "delete failed: "+err.Error()
 			sb.retryAt = time.Now().Add(DeleteRetryDelay)
+			w.retryAfter(DeleteRetryDelay)
 		} else {
 			w.log.Info("deleted sandbox", "sandbox", sb.id)
 			sb.state, sb.reason = model.StateDeleted, ""
@@ -587,10 +741,16 @@ func (w *Worker) startPause(ctx context.Context, sb *sandbox, pause bool) {
 		case err != nil:
 			w.log.Warn("pause or resume failed", "sandbox", sb.id, "pause", pause, "err", err)
 			sb.retryAt = time.Now().Add(DeleteRetryDelay)
+			w.retryAfter(DeleteRetryDelay)
+			verb := "resume"
+			if pause {
+				verb = "pause"
+			}
+			sb.reason = verb + " failed: " + err.Error()
 		case pause:
-			sb.state = model.StatePaused
+			sb.state, sb.reason = model.StatePaused, ""
 		default:
-			sb.state = model.StateRunning
+			sb.state, sb.reason = model.StateRunning, ""
 		}
 		w.changed()
 	}()
@@ -626,6 +786,7 @@ func (w *Worker) startOne(ctx context.Context, s model.Sandbox) (_ runtime.Sandb
 	defer cancel()
 	spec := runtime.Spec{
 		ID:        s.ID,
+		Runtime:   s.Runtime,
 		RootFS:    rootfs,
 		VCPUs:     s.Resources.VCPUs,
 		MemoryMiB: s.Resources.MemoryMiB,
@@ -685,7 +846,7 @@ func (w *Worker) register(ctx context.Context) error {
 		req := workerapi.RegisterRequest{
 			ID:            w.cfg.ID,
 			DataPlaneURL:  w.cfg.DataPlaneURL,
-			Runtimes:      []string{w.cfg.Driver.Name()},
+			Runtimes:      w.runtimes(),
 			CapacityMiB:   w.cfg.CapacityMiB,
 			CapacityVCPUs: w.cfg.CapacityVCPUs,
 			Templates:     w.templates(),
@@ -711,6 +872,15 @@ func (w *Worker) register(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// runtimes names the runtimes this worker offers: every driver of a
+// runtime.Multi, or the one driver.
+func (w *Worker) runtimes() []string {
+	if m, ok := w.cfg.Driver.(interface{ Offered() []string }); ok {
+		return m.Offered()
+	}
+	return []string{w.cfg.Driver.Name()}
 }
 
 func decodeKey(s string) ([]byte, error) {
@@ -752,8 +922,18 @@ func (w *Worker) call(ctx context.Context, path string, body, out any) error {
 	defer res.Body.Close()
 	if res.StatusCode/100 != 2 {
 		msg, _ := io.ReadAll(io.LimitReader(res.Body, 4096))
+		var e struct {
+			Error struct {
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if json.Unmarshal(msg, &e) == nil && e.Error.Message != "" {
+			msg = []byte(e.Error.Message)
+		}
 		kind := model.ErrUnavailable
 		switch res.StatusCode {
+		case http.StatusConflict:
+			kind = model.ErrConflict
 		case http.StatusNotFound:
 			kind = model.ErrNotFound
 		case http.StatusUnauthorized:
@@ -763,13 +943,24 @@ func (w *Worker) call(ctx context.Context, path string, body, out any) error {
 		case http.StatusBadRequest:
 			kind = model.ErrInvalid
 		}
-		return fmt.Errorf("call %s: %w", path, model.Errorf(kind, "server answered %s: %s", res.Status, strings.TrimSpace(string(msg))))
+		return fmt.Errorf("call %s: %w", path, &serverError{status: res.Status, msg: strings.TrimSpace(string(msg)), kind: kind})
 	}
 	if err := json.NewDecoder(res.Body).Decode(out); err != nil {
 		return fmt.Errorf("decode answer of %s: %w", path, err)
 	}
 	return nil
 }
+
+// serverError is a non-2xx answer of the server: its message, classified
+// by a model sentinel.
+type serverError struct {
+	status string
+	msg    string
+	kind   error
+}
+
+func (e *serverError) Error() string { return "server answered " + e.status + ": " + e.msg }
+func (e *serverError) Unwrap() error { return e.kind }
 
 // backoff is a capped exponential delay.
 type backoff struct{ d time.Duration }

@@ -21,6 +21,12 @@ type CreateSandboxRequest struct {
 	Env       map[string]string `json:"env,omitempty"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
 	TimeoutS  int               `json:"timeout_s,omitempty"`
+	// IdleSuspendAfterS suspends the sandbox after this many seconds
+	// without activity (0: never; absent: the org's setting, else 6 h).
+	IdleSuspendAfterS *int64 `json:"idle_suspend_after_s,omitempty"`
+	// AutoWake wakes the sandbox when a command or file request arrives
+	// while it is paused or suspended (absent: true).
+	AutoWake *bool `json:"auto_wake,omitempty"`
 }
 
 // CreateSandboxResponse is the 202 body of POST /v1/sandboxes.
@@ -29,7 +35,8 @@ type CreateSandboxResponse struct {
 	Operation model.Operation `json:"operation"`
 }
 
-// OperationResponse is the 202 body of DELETE /v1/sandboxes/{id}.
+// OperationResponse is the 202 body of DELETE /v1/sandboxes/{id} and of
+// POST /v1/sandboxes/{id}/pause|resume|suspend|wake.
 type OperationResponse struct {
 	Operation model.Operation `json:"operation"`
 }
@@ -99,10 +106,23 @@ type ListOrgsResponse struct {
 	Orgs []model.Org `json:"orgs"`
 }
 
+// UpdateOrgRequest is the body of PATCH /v1/orgs/{id}; absent fields are
+// left as they are.
+type UpdateOrgRequest struct {
+	// Features replaces the org's feature gates (known: "snapshots");
+	// operators only.
+	Features *[]string `json:"features,omitempty"`
+	// IdleSuspendAfterS is the idle auto-suspend delay of the org's new
+	// sandboxes in seconds: 0 never suspends, -1 returns to the default (6 h).
+	IdleSuspendAfterS *int64 `json:"idle_suspend_after_s,omitempty"`
+}
+
 // CreateKeyRequest is the body of POST /v1/orgs/{id}/keys.
 type CreateKeyRequest struct {
 	Name  string `json:"name,omitempty"`
 	Admin bool   `json:"admin,omitempty"`
+	// E2B issues an E2B-shaped secret (e2b_…) for the E2B SDKs.
+	E2B bool `json:"e2b,omitempty"`
 }
 
 // CreateKeyResponse is the 201 body of POST /v1/orgs/{id}/keys. Secret is
@@ -142,4 +162,25 @@ type ErrorResponse struct {
 type ErrorBody struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+}
+
+// SetPoolRequest is the body of PUT /v1/pools/{template}. Resources default
+// to 1 vCPU / 512 MiB: only creates that ask for exactly these claim from
+// the pool.
+type SetPoolRequest struct {
+	Size      int             `json:"size"`
+	Resources model.Resources `json:"resources,omitzero"`
+}
+
+// Pool is one warm pool as the admin API shows it: its configuration and
+// how many members are ready (running) or on their way (pending, starting).
+type Pool struct {
+	model.Pool
+	Ready    int `json:"ready"`
+	Starting int `json:"starting"`
+}
+
+// PoolList is the body of GET /v1/pools.
+type PoolList struct {
+	Pools []Pool `json:"pools"`
 }

@@ -91,9 +91,10 @@ type Driver struct {
 }
 
 var (
-	_ runtime.Driver  = (*Driver)(nil)
-	_ runtime.Pauser  = (*Driver)(nil)
-	_ runtime.Sandbox = (*sandbox)(nil)
+	_ runtime.Driver      = (*Driver)(nil)
+	_ runtime.Pauser      = (*Driver)(nil)
+	_ runtime.Snapshotter = (*Driver)(nil)
+	_ runtime.Sandbox     = (*sandbox)(nil)
 )
 
 // New returns a driver. It creates StateDir and RunDir if needed.
@@ -134,54 +135,72 @@ func validID(id string) error {
 }
 
 // Start creates and starts a sandbox. On failure nothing of it is left.
-func (d *Driver) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Sandbox, err error) {
+func (d *Driver) Start(ctx context.Context, spec runtime.Spec) (runtime.Sandbox, error) {
+	return d.launch(ctx, "start", spec, func(bundle string) []string {
+		return []string{"run", "--detach", "--bundle", bundle, spec.ID}
+	})
+}
+
+// validSpec checks what Start and Restore need from a spec.
+func (d *Driver) validSpec(verb string, spec runtime.Spec) error {
 	if err := validID(spec.ID); err != nil {
-		return nil, err
+		return err
 	}
 	if spec.VCPUs <= 0 || spec.MemoryMiB <= 0 {
-		return nil, fmt.Errorf("gvisor: start %s: vcpus and memory must be positive: %w", spec.ID, model.ErrInvalid)
+		return fmt.Errorf("gvisor: %s %s: vcpus and memory must be positive: %w", verb, spec.ID, model.ErrInvalid)
 	}
 	if fi, err := os.Stat(filepath.Join(spec.RootFS, strings.TrimPrefix(agentPath, "/"))); err != nil || !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("gvisor: start %s: root filesystem %q has no agent at %s: %w", spec.ID, spec.RootFS, agentPath, model.ErrInvalid)
+		return fmt.Errorf("gvisor: %s %s: root filesystem %q has no agent at %s: %w", verb, spec.ID, spec.RootFS, agentPath, model.ErrInvalid)
 	}
 	if !filepath.IsAbs(spec.RootFS) {
-		return nil, fmt.Errorf("gvisor: start %s: root filesystem %q must be absolute: %w", spec.ID, spec.RootFS, model.ErrInvalid)
+		return fmt.Errorf("gvisor: %s %s: root filesystem %q must be absolute: %w", verb, spec.ID, spec.RootFS, model.ErrInvalid)
 	}
 	if len(d.socketPath(spec.ID)) > maxSocketPath {
-		return nil, fmt.Errorf("gvisor: start %s: socket path %s is longer than %d bytes; use a shorter run dir: %w",
-			spec.ID, d.socketPath(spec.ID), maxSocketPath, model.ErrInvalid)
+		return fmt.Errorf("gvisor: %s %s: socket path %s is longer than %d bytes; use a shorter run dir: %w",
+			verb, spec.ID, d.socketPath(spec.ID), maxSocketPath, model.ErrInvalid)
+	}
+	return nil
+}
+
+// launch lays out RunDir/<id> (bundle, channel listener, overlay dir, log)
+// and runs runsc with the sandbox flags followed by command(bundle): "run"
+// for Start, "restore" for Restore. On failure nothing of the sandbox is
+// left.
+func (d *Driver) launch(ctx context.Context, verb string, spec runtime.Spec, command func(bundle string) []string) (_ runtime.Sandbox, err error) {
+	if err := d.validSpec(verb, spec); err != nil {
+		return nil, err
 	}
 	dir := d.sandboxDir(spec.ID)
 	// Mkdir (not MkdirAll) claims the id: a second Start of the same id fails
 	// here without touching the first sandbox.
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		if errors.Is(err, os.ErrExist) {
-			return nil, fmt.Errorf("gvisor: start %s: sandbox exists: %w", spec.ID, model.ErrConflict)
+			return nil, fmt.Errorf("gvisor: %s %s: sandbox exists: %w", verb, spec.ID, model.ErrConflict)
 		}
-		return nil, fmt.Errorf("gvisor: start %s: create run dir: %w", spec.ID, err)
+		return nil, fmt.Errorf("gvisor: %s %s: create run dir: %w", verb, spec.ID, err)
 	}
 	defer func() {
 		if err != nil {
 			// A fresh context: the caller's may be what failed the start.
 			if cerr := d.cleanup(context.WithoutCancel(ctx), spec.ID); cerr != nil {
-				err = errors.Join(err, fmt.Errorf("clean up after failed start: %w", cerr))
+				err = errors.Join(err, fmt.Errorf("clean up after failed %s: %w", verb, cerr))
 			}
 		}
 	}()
 
 	for _, sub := range []string{"bundle", "chan", "overlay"} {
 		if err := os.Mkdir(filepath.Join(dir, sub), 0o700); err != nil {
-			return nil, fmt.Errorf("gvisor: start %s: create %s dir: %w", spec.ID, sub, err)
+			return nil, fmt.Errorf("gvisor: %s %s: create %s dir: %w", verb, spec.ID, sub, err)
 		}
 	}
 	// The guest agent runs as root inside the sandbox, but the gofer may
 	// not: let it traverse the channel dir.
 	if err := os.Chmod(d.chanDir(spec.ID), 0o711); err != nil {
-		return nil, fmt.Errorf("gvisor: start %s: chmod channel dir: %w", spec.ID, err)
+		return nil, fmt.Errorf("gvisor: %s %s: chmod channel dir: %w", verb, spec.ID, err)
 	}
 	sb, err := d.listen(spec.ID)
 	if err != nil {
-		return nil, fmt.Errorf("gvisor: start %s: %w", spec.ID, err)
+		return nil, fmt.Errorf("gvisor: %s %s: %w", verb, spec.ID, err)
 	}
 	defer func() {
 		if err != nil {
@@ -191,11 +210,11 @@ func (d *Driver) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Sandbo
 
 	cfg, err := json.MarshalIndent(buildSpec(spec, d.cfg.CgroupParent, d.chanDir(spec.ID)), "", "  ")
 	if err != nil {
-		return nil, fmt.Errorf("gvisor: start %s: encode spec: %w", spec.ID, err)
+		return nil, fmt.Errorf("gvisor: %s %s: encode spec: %w", verb, spec.ID, err)
 	}
 	bundle := filepath.Join(dir, "bundle")
 	if err := os.WriteFile(filepath.Join(bundle, "config.json"), cfg, 0o600); err != nil {
-		return nil, fmt.Errorf("gvisor: start %s: write spec: %w", spec.ID, err)
+		return nil, fmt.Errorf("gvisor: %s %s: write spec: %w", verb, spec.ID, err)
 	}
 
 	// runsc and the sandbox it forks write their stdio here. O_APPEND: a
@@ -203,17 +222,12 @@ func (d *Driver) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Sandbo
 	logPath := filepath.Join(dir, "runsc.log")
 	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("gvisor: start %s: open log: %w", spec.ID, err)
+		return nil, fmt.Errorf("gvisor: %s %s: open log: %w", verb, spec.ID, err)
 	}
 	defer logf.Close()
 
-	args := append(d.globalArgs(),
-		"--host-uds=open",
-		// Loopback only: gVisor's netstack with just "lo". (With no netns
-		// path and --network=sandbox the guest would get no interface at all.)
-		"--network=none",
-		"--overlay2=root:dir="+filepath.Join(dir, "overlay"),
-		"run", "--detach", "--bundle", bundle, spec.ID)
+	args := append(d.globalArgs(), d.sandboxArgs(spec.ID)...)
+	args = append(args, command(bundle)...)
 	cmd := exec.CommandContext(ctx, d.cfg.RunscPath, args...)
 	// Files, not pipes: the detached sandbox inherits them, and a pipe would
 	// keep Wait blocked for the sandbox's lifetime.
@@ -224,10 +238,22 @@ func (d *Driver) Start(ctx context.Context, spec runtime.Spec) (_ runtime.Sandbo
 	// worker's terminal signals.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("gvisor: start %s: runsc run: %w: %s", spec.ID, err, tail(logPath, 2048))
+		return nil, fmt.Errorf("gvisor: %s %s: runsc %s: %w: %s", verb, spec.ID, command(bundle)[0], err, tail(logPath, 2048))
 	}
-	d.log.Info("sandbox started", "id", spec.ID, "vcpus", spec.VCPUs, "memory_mib", spec.MemoryMiB)
+	d.log.Info("sandbox up", "via", verb, "id", spec.ID, "vcpus", spec.VCPUs, "memory_mib", spec.MemoryMiB)
 	return sb, nil
+}
+
+// sandboxArgs are the runsc flags that define a sandbox; run and restore
+// must pass the same ones.
+func (d *Driver) sandboxArgs(id string) []string {
+	return []string{
+		"--host-uds=open",
+		// Loopback only: gVisor's netstack with just "lo". (With no netns
+		// path and --network=sandbox the guest would get no interface at all.)
+		"--network=none",
+		"--overlay2=root:dir=" + filepath.Join(d.sandboxDir(id), "overlay"),
+	}
 }
 
 // Adopt reattaches to a sandbox started by an earlier worker process: it

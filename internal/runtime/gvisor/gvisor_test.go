@@ -80,7 +80,7 @@ func fixture(t testing.TB) (*gvisor.Driver, string, string) {
 
 func TestConformance(t *testing.T) {
 	d, rootfs, run := fixture(t)
-	runtimetest.Run(t, d, runtimetest.Options{RootFS: rootfs, RunDir: run, CgroupParent: "/airlock-test"})
+	runtimetest.Run(t, d, runtimetest.Options{RootFS: rootfs, RunDir: run, CgroupParent: "/airlock-test", SuspendWakeCycles: 10})
 }
 
 // TestDeleteAfterCrash kills every process of a running sandbox and removes

@@ -214,18 +214,44 @@ func collect[T any](rows pgx.Rows, scan func(scanner) (T, error)) ([]T, error) {
 
 // CreateOrg inserts an org; ErrConflict if the id exists.
 func (s *Store) CreateOrg(ctx context.Context, org model.Org) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO orgs (id, name, created_at) VALUES ($1, $2, $3)`,
-		org.ID, org.Name, org.CreatedAt)
+	features, err := toJSON(org.Features)
+	if err != nil {
+		return fmt.Errorf("postgres: create org %s: %w", org.ID, err)
+	}
+	_, err = s.pool.Exec(ctx, `INSERT INTO orgs (`+orgCols+`) VALUES ($1, $2, $3, $4, $5)`,
+		org.ID, org.Name, org.CreatedAt, features, org.IdleSuspendS)
 	return classify("create org "+org.ID, err)
 }
 
-const orgCols = `id, name, created_at`
+// UpdateOrg writes the org's name, features and idle setting; ErrNotFound if
+// it does not exist.
+func (s *Store) UpdateOrg(ctx context.Context, org model.Org) error {
+	features, err := toJSON(org.Features)
+	if err != nil {
+		return fmt.Errorf("postgres: update org %s: %w", org.ID, err)
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE orgs SET name = $1, features = $2, idle_suspend_s = $3 WHERE id = $4`,
+		org.Name, features, org.IdleSuspendS, org.ID)
+	if err != nil {
+		return classify("update org "+org.ID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("postgres: update org %s: %w", org.ID, model.ErrNotFound)
+	}
+	return nil
+}
+
+const orgCols = `id, name, created_at, features, idle_suspend_s`
 
 func scanOrg(sc scanner) (model.Org, error) {
 	var o model.Org
-	err := sc.Scan(&o.ID, &o.Name, &o.CreatedAt)
+	var features string
+	err := sc.Scan(&o.ID, &o.Name, &o.CreatedAt, &features, &o.IdleSuspendS)
+	if err != nil {
+		return o, err
+	}
 	o.CreatedAt = utc(o.CreatedAt)
-	return o, err
+	return o, fromJSON(features, &o.Features)
 }
 
 // GetOrg returns one org.
@@ -311,14 +337,15 @@ func (s *Store) ListTemplates(ctx context.Context) ([]model.Template, error) {
 
 const sandboxCols = `id, org_id, template, template_digest, runtime, state, desired_state, reason,
 	worker_id, env, metadata, resources, timeout_s, generation, created_at, updated_at,
-	last_activity_at, expires_at`
+	last_activity_at, expires_at, idle_suspend_s, no_auto_wake, snapshot_id, snapshot_bytes, pool`
 
 func scanSandbox(sc scanner) (model.Sandbox, error) {
 	var sb model.Sandbox
 	var env, meta, res string
 	if err := sc.Scan(&sb.ID, &sb.OrgID, &sb.Template, &sb.TemplateDigest, &sb.Runtime, &sb.State,
 		&sb.DesiredState, &sb.Reason, &sb.WorkerID, &env, &meta, &res, &sb.TimeoutS, &sb.Generation,
-		&sb.CreatedAt, &sb.UpdatedAt, &sb.LastActivityAt, &sb.ExpiresAt); err != nil {
+		&sb.CreatedAt, &sb.UpdatedAt, &sb.LastActivityAt, &sb.ExpiresAt, &sb.IdleSuspendS, &sb.NoAutoWake,
+		&sb.SnapshotID, &sb.SnapshotBytes, &sb.Pool); err != nil {
 		return sb, err
 	}
 	sb.CreatedAt = utc(sb.CreatedAt)
@@ -364,10 +391,12 @@ func (s *Store) CreateSandbox(ctx context.Context, sb model.Sandbox, op model.Op
 	var outOp model.Operation
 	err = s.inTx(ctx, "create sandbox "+sb.ID, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO sandboxes (`+sandboxCols+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)`,
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
+				$19, $20, $21, $22, $23)`,
 			sb.ID, sb.OrgID, sb.Template, sb.TemplateDigest, sb.Runtime, sb.State, sb.DesiredState,
 			sb.Reason, sb.WorkerID, env, meta, res, sb.TimeoutS, sb.Generation, sb.CreatedAt,
-			sb.UpdatedAt, sb.LastActivityAt, sb.ExpiresAt); err != nil {
+			sb.UpdatedAt, sb.LastActivityAt, sb.ExpiresAt,
+			sb.IdleSuspendS, sb.NoAutoWake, sb.SnapshotID, sb.SnapshotBytes, sb.Pool); err != nil {
 			if idempotencyKey != "" && isUniqueViolation(err) {
 				// Perhaps a concurrent create with the same key and id.
 				return errKeyTaken
@@ -549,13 +578,15 @@ func updateSandbox(ctx context.Context, q querier, sb model.Sandbox) (model.Sand
 			template = $1, template_digest = $2, runtime = $3, state = $4, desired_state = $5,
 			reason = $6, worker_id = $7, env = $8, metadata = $9, resources = $10, timeout_s = $11,
 			generation = generation + 1, updated_at = $12,
-			last_activity_at = GREATEST(last_activity_at, $13), expires_at = $14
+			last_activity_at = GREATEST(last_activity_at, $13), expires_at = $14,
+			idle_suspend_s = $17, no_auto_wake = $18, snapshot_id = $19, snapshot_bytes = $20, pool = $21
 		WHERE id = $15 AND generation = $16
 		RETURNING `+sandboxCols,
 		sb.Template, sb.TemplateDigest, sb.Runtime, sb.State, sb.DesiredState,
 		sb.Reason, sb.WorkerID, env, meta, res, sb.TimeoutS,
 		time.Now(), sb.LastActivityAt, sb.ExpiresAt,
-		sb.ID, sb.Generation))
+		sb.ID, sb.Generation,
+		sb.IdleSuspendS, sb.NoAutoWake, sb.SnapshotID, sb.SnapshotBytes, sb.Pool))
 	if errors.Is(err, pgx.ErrNoRows) {
 		var gen int64
 		err := q.QueryRow(ctx, `SELECT generation FROM sandboxes WHERE id = $1`, sb.ID).Scan(&gen)
@@ -579,6 +610,28 @@ func (s *Store) UpdateSandboxAndOperation(ctx context.Context, sb model.Sandbox,
 		}
 		outOp, err = updateOperation(ctx, tx, op)
 		return err
+	})
+	if err != nil {
+		return model.Sandbox{}, model.Operation{}, err
+	}
+	return outSB, outOp, nil
+}
+
+// UpdateSandboxCreateOperation does the guarded sandbox write and inserts
+// op in one transaction.
+func (s *Store) UpdateSandboxCreateOperation(ctx context.Context, sb model.Sandbox, op model.Operation) (model.Sandbox, model.Operation, error) {
+	var outSB model.Sandbox
+	var outOp model.Operation
+	err := s.inTx(ctx, "update sandbox and create operation", func(tx pgx.Tx) error {
+		var err error
+		if outSB, err = updateSandbox(ctx, tx, sb); err != nil {
+			return err
+		}
+		if err := insertOperation(ctx, tx, op); err != nil {
+			return err
+		}
+		outOp, err = scanOperation(tx.QueryRow(ctx, `SELECT `+operationCols+` FROM operations WHERE id = $1`, op.ID))
+		return classify("read back operation "+op.ID, err)
 	})
 	if err != nil {
 		return model.Sandbox{}, model.Operation{}, err
@@ -793,4 +846,109 @@ func (s *Store) PutSettingIfAbsent(ctx context.Context, key, value string) (stri
 	var stored string
 	err := s.pool.QueryRow(ctx, `SELECT value FROM settings WHERE key = $1`, key).Scan(&stored)
 	return stored, classify("put setting "+key, err)
+}
+
+// ---- warm pools
+
+// ClaimSandbox hands a pool member to sb.OrgID: see store.Store. The first
+// guarded UPDATE locks the row, so concurrent claims of one member
+// serialize and all but one see ErrConflict.
+func (s *Store) ClaimSandbox(ctx context.Context, sb model.Sandbox, op model.Operation, idempotencyKey string) (model.Sandbox, model.Operation, bool, error) {
+	if idempotencyKey != "" {
+		osb, oop, err := s.idempotent(ctx, sb.OrgID, idempotencyKey)
+		if err == nil {
+			return osb, oop, true, nil
+		} else if !errors.Is(err, model.ErrNotFound) {
+			return model.Sandbox{}, model.Operation{}, false, err
+		}
+	}
+	var outSB model.Sandbox
+	var outOp model.Operation
+	err := s.inTx(ctx, "claim sandbox "+sb.ID, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE sandboxes SET org_id = $1 WHERE id = $2 AND generation = $3 AND pool <> ''`,
+			sb.OrgID, sb.ID, sb.Generation)
+		if err != nil {
+			return classify("claim sandbox "+sb.ID, err)
+		}
+		if tag.RowsAffected() == 0 {
+			return fmt.Errorf("postgres: claim sandbox %s: not a pool member at generation %d: %w", sb.ID, sb.Generation, model.ErrConflict)
+		}
+		if outSB, err = updateSandbox(ctx, tx, sb); err != nil {
+			return err
+		}
+		if err := insertOperation(ctx, tx, op); err != nil {
+			return err
+		}
+		if idempotencyKey != "" {
+			tag, err := tx.Exec(ctx, `INSERT INTO idempotency_keys (org_id, key, sandbox_id, operation_id, created_at)
+				VALUES ($1, $2, $3, $4, now()) ON CONFLICT (org_id, key) DO NOTHING`,
+				sb.OrgID, idempotencyKey, sb.ID, op.ID)
+			if err != nil {
+				return classify("claim sandbox: record idempotency key", err)
+			}
+			if tag.RowsAffected() == 0 {
+				return errKeyTaken
+			}
+		}
+		outOp, err = scanOperation(tx.QueryRow(ctx, `SELECT `+operationCols+` FROM operations WHERE id = $1`, op.ID))
+		return classify("claim sandbox: read back operation "+op.ID, err)
+	})
+	if errors.Is(err, errKeyTaken) {
+		osb, oop, err := s.idempotent(ctx, sb.OrgID, idempotencyKey)
+		if err != nil {
+			if errors.Is(err, model.ErrNotFound) {
+				return model.Sandbox{}, model.Operation{}, false, fmt.Errorf("postgres: claim sandbox %s: %w", sb.ID, model.ErrConflict)
+			}
+			return model.Sandbox{}, model.Operation{}, false, err
+		}
+		return osb, oop, true, nil
+	}
+	if err != nil {
+		return model.Sandbox{}, model.Operation{}, false, err
+	}
+	return outSB, outOp, false, nil
+}
+
+// PutPool upserts a pool by digest.
+func (s *Store) PutPool(ctx context.Context, p model.Pool) error {
+	res, err := toJSON(p.Resources)
+	if err != nil {
+		return fmt.Errorf("postgres: put pool %s: %w", p.Digest, err)
+	}
+	_, err = s.pool.Exec(ctx, `INSERT INTO pools (digest, template, size, resources, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6)
+		ON CONFLICT (digest) DO UPDATE SET template = excluded.template, size = excluded.size,
+			resources = excluded.resources, updated_at = excluded.updated_at`,
+		p.Digest, p.Template, p.Size, res, p.CreatedAt, p.UpdatedAt)
+	return classify("put pool "+p.Digest, err)
+}
+
+// ListPools returns every pool, ordered by template.
+func (s *Store) ListPools(ctx context.Context) ([]model.Pool, error) {
+	rows, err := s.pool.Query(ctx, `SELECT digest, template, size, resources::text, created_at, updated_at FROM pools ORDER BY template, digest`)
+	if err != nil {
+		return nil, classify("list pools", err)
+	}
+	out, err := collect(rows, func(sc scanner) (model.Pool, error) {
+		var p model.Pool
+		var res string
+		if err := sc.Scan(&p.Digest, &p.Template, &p.Size, &res, &p.CreatedAt, &p.UpdatedAt); err != nil {
+			return p, err
+		}
+		p.CreatedAt, p.UpdatedAt = utc(p.CreatedAt), utc(p.UpdatedAt)
+		return p, fromJSON(res, &p.Resources)
+	})
+	return out, classify("list pools", err)
+}
+
+// DeletePool removes a pool's configuration.
+func (s *Store) DeletePool(ctx context.Context, digest string) error {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM pools WHERE digest = $1`, digest)
+	if err != nil {
+		return classify("delete pool "+digest, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("postgres: delete pool %s: %w", digest, model.ErrNotFound)
+	}
+	return nil
 }

@@ -239,22 +239,51 @@ func (s *Store) inTx(ctx context.Context, step string, fn func(tx *sql.Tx) error
 
 // CreateOrg inserts an org; ErrConflict if the id exists.
 func (s *Store) CreateOrg(ctx context.Context, org model.Org) error {
-	_, err := s.w.ExecContext(ctx, `INSERT INTO orgs (id, name, created_at) VALUES (?, ?, ?)`,
-		org.ID, org.Name, ts(org.CreatedAt))
+	features, err := toJSON(org.Features)
+	if err != nil {
+		return fmt.Errorf("sqlite: create org %s: %w", org.ID, err)
+	}
+	_, err = s.w.ExecContext(ctx, `INSERT INTO orgs (`+orgCols+`) VALUES (?, ?, ?, ?, ?)`,
+		org.ID, org.Name, ts(org.CreatedAt), features, org.IdleSuspendS)
 	return classify("create org "+org.ID, err)
 }
 
-const orgCols = `id, name, created_at`
+// UpdateOrg writes the org's name, features and idle setting; ErrNotFound if
+// it does not exist.
+func (s *Store) UpdateOrg(ctx context.Context, org model.Org) error {
+	features, err := toJSON(org.Features)
+	if err != nil {
+		return fmt.Errorf("sqlite: update org %s: %w", org.ID, err)
+	}
+	res, err := s.w.ExecContext(ctx, `UPDATE orgs SET name = ?, features = ?, idle_suspend_s = ? WHERE id = ?`,
+		org.Name, features, org.IdleSuspendS, org.ID)
+	if err != nil {
+		return classify("update org "+org.ID, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return classify("update org "+org.ID, err)
+	} else if n == 0 {
+		return fmt.Errorf("sqlite: update org %s: %w", org.ID, model.ErrNotFound)
+	}
+	return nil
+}
+
+const orgCols = `id, name, created_at, features, idle_suspend_s`
 
 func scanOrg(sc scanner) (model.Org, error) {
 	var o model.Org
-	var created string
-	if err := sc.Scan(&o.ID, &o.Name, &created); err != nil {
+	var created, features string
+	var idle sql.NullInt64
+	if err := sc.Scan(&o.ID, &o.Name, &created, &features, &idle); err != nil {
 		return o, err
+	}
+	if idle.Valid {
+		v := idle.Int64
+		o.IdleSuspendS = &v
 	}
 	var err error
 	o.CreatedAt, err = parseTS(created)
-	return o, err
+	return o, errors.Join(err, fromJSON(features, &o.Features))
 }
 
 // GetOrg returns one org.
@@ -364,7 +393,7 @@ func (s *Store) ListTemplates(ctx context.Context) ([]model.Template, error) {
 
 const sandboxCols = `id, org_id, template, template_digest, runtime, state, desired_state, reason,
 	worker_id, env, metadata, resources, timeout_s, generation, created_at, updated_at,
-	last_activity_at, expires_at`
+	last_activity_at, expires_at, idle_suspend_s, no_auto_wake, snapshot_id, snapshot_bytes, pool`
 
 func scanSandbox(sc scanner) (model.Sandbox, error) {
 	var sb model.Sandbox
@@ -372,7 +401,8 @@ func scanSandbox(sc scanner) (model.Sandbox, error) {
 	var expires sql.NullString
 	if err := sc.Scan(&sb.ID, &sb.OrgID, &sb.Template, &sb.TemplateDigest, &sb.Runtime, &sb.State,
 		&sb.DesiredState, &sb.Reason, &sb.WorkerID, &env, &meta, &res, &sb.TimeoutS, &sb.Generation,
-		&created, &updated, &activity, &expires); err != nil {
+		&created, &updated, &activity, &expires, &sb.IdleSuspendS, &sb.NoAutoWake, &sb.SnapshotID,
+		&sb.SnapshotBytes, &sb.Pool); err != nil {
 		return sb, err
 	}
 	var errs []error
@@ -434,10 +464,11 @@ func (s *Store) CreateSandbox(ctx context.Context, sb model.Sandbox, op model.Op
 			return fmt.Errorf("sqlite: create sandbox %s: %w", sb.ID, err)
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxCols+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			sb.ID, sb.OrgID, sb.Template, sb.TemplateDigest, sb.Runtime, sb.State, sb.DesiredState,
 			sb.Reason, sb.WorkerID, env, meta, res, sb.TimeoutS, sb.Generation, ts(sb.CreatedAt),
-			ts(sb.UpdatedAt), ts(sb.LastActivityAt), tsPtr(sb.ExpiresAt)); err != nil {
+			ts(sb.UpdatedAt), ts(sb.LastActivityAt), tsPtr(sb.ExpiresAt),
+			sb.IdleSuspendS, sb.NoAutoWake, sb.SnapshotID, sb.SnapshotBytes, sb.Pool); err != nil {
 			return classify("create sandbox "+sb.ID, err)
 		}
 		if err := insertOperation(ctx, tx, op); err != nil {
@@ -592,12 +623,14 @@ func updateSandbox(ctx context.Context, tx *sql.Tx, sb model.Sandbox) (model.San
 			template = ?, template_digest = ?, runtime = ?, state = ?, desired_state = ?,
 			reason = ?, worker_id = ?, env = ?, metadata = ?, resources = ?, timeout_s = ?,
 			generation = generation + 1, updated_at = ?,
-			last_activity_at = max(last_activity_at, ?), expires_at = ?
+			last_activity_at = max(last_activity_at, ?), expires_at = ?,
+			idle_suspend_s = ?, no_auto_wake = ?, snapshot_id = ?, snapshot_bytes = ?, pool = ?
 		WHERE id = ? AND generation = ?
 		RETURNING `+sandboxCols,
 		sb.Template, sb.TemplateDigest, sb.Runtime, sb.State, sb.DesiredState,
 		sb.Reason, sb.WorkerID, env, meta, res, sb.TimeoutS,
 		ts(time.Now()), ts(sb.LastActivityAt), tsPtr(sb.ExpiresAt),
+		sb.IdleSuspendS, sb.NoAutoWake, sb.SnapshotID, sb.SnapshotBytes, sb.Pool,
 		sb.ID, sb.Generation))
 	if errors.Is(err, sql.ErrNoRows) {
 		var gen int64
@@ -622,6 +655,28 @@ func (s *Store) UpdateSandboxAndOperation(ctx context.Context, sb model.Sandbox,
 		}
 		outOp, err = updateOperation(ctx, tx, op)
 		return err
+	})
+	if err != nil {
+		return model.Sandbox{}, model.Operation{}, err
+	}
+	return outSB, outOp, nil
+}
+
+// UpdateSandboxCreateOperation does the guarded sandbox write and inserts
+// op in one transaction.
+func (s *Store) UpdateSandboxCreateOperation(ctx context.Context, sb model.Sandbox, op model.Operation) (model.Sandbox, model.Operation, error) {
+	var outSB model.Sandbox
+	var outOp model.Operation
+	err := s.inTx(ctx, "update sandbox and create operation", func(tx *sql.Tx) error {
+		var err error
+		if outSB, err = updateSandbox(ctx, tx, sb); err != nil {
+			return err
+		}
+		if err := insertOperation(ctx, tx, op); err != nil {
+			return err
+		}
+		outOp, err = scanOperation(tx.QueryRowContext(ctx, `SELECT `+operationCols+` FROM operations WHERE id = ?`, op.ID))
+		return classify("read back operation "+op.ID, err)
 	})
 	if err != nil {
 		return model.Sandbox{}, model.Operation{}, err
@@ -876,4 +931,117 @@ func (s *Store) PutSettingIfAbsent(ctx context.Context, key, value string) (stri
 		return classify("put setting "+key, tx.QueryRowContext(ctx, `SELECT value FROM settings WHERE key = ?`, key).Scan(&stored))
 	})
 	return stored, err
+}
+
+// ---- warm pools
+
+// ClaimSandbox hands a pool member to sb.OrgID: see store.Store.
+func (s *Store) ClaimSandbox(ctx context.Context, sb model.Sandbox, op model.Operation, idempotencyKey string) (model.Sandbox, model.Operation, bool, error) {
+	var outSB model.Sandbox
+	var outOp model.Operation
+	var existed bool
+	err := s.inTx(ctx, "claim sandbox "+sb.ID, func(tx *sql.Tx) error {
+		if idempotencyKey != "" {
+			var sbID, opID string
+			err := tx.QueryRowContext(ctx, `SELECT sandbox_id, operation_id FROM idempotency_keys
+				WHERE org_id = ? AND key = ?`, sb.OrgID, idempotencyKey).Scan(&sbID, &opID)
+			switch {
+			case err == nil:
+				existed = true
+				if outSB, err = scanSandbox(tx.QueryRowContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE id = ?`, sbID)); err != nil {
+					return classify("claim sandbox: read idempotent sandbox "+sbID, err)
+				}
+				if outOp, err = scanOperation(tx.QueryRowContext(ctx, `SELECT `+operationCols+` FROM operations WHERE id = ?`, opID)); err != nil {
+					return classify("claim sandbox: read idempotent operation "+opID, err)
+				}
+				return nil
+			case !errors.Is(err, sql.ErrNoRows):
+				return classify("claim sandbox: read idempotency key", err)
+			}
+		}
+		res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET org_id = ? WHERE id = ? AND generation = ? AND pool != ''`,
+			sb.OrgID, sb.ID, sb.Generation)
+		if err != nil {
+			return classify("claim sandbox "+sb.ID, err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return classify("claim sandbox "+sb.ID, err)
+		} else if n == 0 {
+			return fmt.Errorf("sqlite: claim sandbox %s: not a pool member at generation %d: %w", sb.ID, sb.Generation, model.ErrConflict)
+		}
+		if outSB, err = updateSandbox(ctx, tx, sb); err != nil {
+			return err
+		}
+		if err := insertOperation(ctx, tx, op); err != nil {
+			return err
+		}
+		if idempotencyKey != "" {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO idempotency_keys (org_id, key, sandbox_id, operation_id, created_at)
+				VALUES (?, ?, ?, ?, ?)`, sb.OrgID, idempotencyKey, sb.ID, op.ID, ts(time.Now())); err != nil {
+				return classify("claim sandbox: record idempotency key", err)
+			}
+		}
+		outOp, err = scanOperation(tx.QueryRowContext(ctx, `SELECT `+operationCols+` FROM operations WHERE id = ?`, op.ID))
+		return classify("claim sandbox: read back operation "+op.ID, err)
+	})
+	if err != nil {
+		return model.Sandbox{}, model.Operation{}, false, err
+	}
+	return outSB, outOp, existed, nil
+}
+
+// PutPool upserts a pool by digest.
+func (s *Store) PutPool(ctx context.Context, p model.Pool) error {
+	res, err := toJSON(p.Resources)
+	if err != nil {
+		return fmt.Errorf("sqlite: put pool %s: %w", p.Digest, err)
+	}
+	_, err = s.w.ExecContext(ctx, `INSERT INTO pools (digest, template, size, resources, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?)
+		ON CONFLICT (digest) DO UPDATE SET template = excluded.template, size = excluded.size,
+			resources = excluded.resources, updated_at = excluded.updated_at`,
+		p.Digest, p.Template, p.Size, res, ts(p.CreatedAt), ts(p.UpdatedAt))
+	return classify("put pool "+p.Digest, err)
+}
+
+// ListPools returns every pool, ordered by template.
+func (s *Store) ListPools(ctx context.Context) ([]model.Pool, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT digest, template, size, resources, created_at, updated_at FROM pools ORDER BY template, digest`)
+	if err != nil {
+		return nil, classify("list pools", err)
+	}
+	defer rows.Close()
+	var out []model.Pool
+	for rows.Next() {
+		var p model.Pool
+		var res, created, updated string
+		if err := rows.Scan(&p.Digest, &p.Template, &p.Size, &res, &created, &updated); err != nil {
+			return nil, classify("list pools", err)
+		}
+		if err := fromJSON(res, &p.Resources); err != nil {
+			return nil, fmt.Errorf("sqlite: list pools: %w", err)
+		}
+		if p.CreatedAt, err = parseTS(created); err != nil {
+			return nil, fmt.Errorf("sqlite: list pools: %w", err)
+		}
+		if p.UpdatedAt, err = parseTS(updated); err != nil {
+			return nil, fmt.Errorf("sqlite: list pools: %w", err)
+		}
+		out = append(out, p)
+	}
+	return out, classify("list pools", rows.Err())
+}
+
+// DeletePool removes a pool's configuration.
+func (s *Store) DeletePool(ctx context.Context, digest string) error {
+	res, err := s.w.ExecContext(ctx, `DELETE FROM pools WHERE digest = ?`, digest)
+	if err != nil {
+		return classify("delete pool "+digest, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return classify("delete pool "+digest, err)
+	} else if n == 0 {
+		return fmt.Errorf("sqlite: delete pool %s: %w", digest, model.ErrNotFound)
+	}
+	return nil
 }

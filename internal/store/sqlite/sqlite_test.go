@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"context"
+	"database/sql"
 	"os"
 	"path/filepath"
 	"testing"
@@ -95,5 +96,50 @@ func TestFileMode(t *testing.T) {
 	}
 	if fi.Mode().Perm() != 0o600 {
 		t.Errorf("database mode = %v, want 0600 (it holds secrets)", fi.Mode().Perm())
+	}
+}
+
+// TestUpgradeFrom0001 opens a database that only has the first migration and
+// rows written then: migration 0002 adds the lifecycle columns with their
+// defaults (idle auto-suspend off for old sandboxes, no org overrides).
+func TestUpgradeFrom0001(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "airlock.db")
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := os.ReadFile("migrations/0001_init.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const now = "2026-01-02T03:04:05.000000000Z"
+	for _, q := range []string{
+		string(first),
+		`CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)`,
+		`INSERT INTO schema_migrations VALUES (1, '` + now + `')`,
+		`INSERT INTO orgs VALUES ('org-a', 'A', '` + now + `')`,
+		`INSERT INTO sandboxes (id, org_id, template, template_digest, runtime, state, desired_state, generation,
+			created_at, updated_at, last_activity_at) VALUES ('sb-1', 'org-a', 'base', 'sha256:x', 'gvisor',
+			'running', 'running', 3, '` + now + `', '` + now + `', '` + now + `')`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("set up 0001 database: %v", err)
+		}
+	}
+	db.Close()
+
+	s := open(t, path)
+	sb, err := s.GetSandbox(ctx, "sb-1")
+	if err != nil || sb.Generation != 3 || sb.IdleSuspendS != 0 || sb.NoAutoWake || sb.SnapshotID != "" || sb.Pool != "" {
+		t.Fatalf("old sandbox after upgrade: %+v %v", sb, err)
+	}
+	org, err := s.GetOrg(ctx, "org-a")
+	if err != nil || org.IdleSuspendS != nil || org.Features != nil {
+		t.Fatalf("old org after upgrade: %+v %v", org, err)
+	}
+	sb.SnapshotID, sb.SnapshotBytes = "snap", 7
+	if sb, err = s.UpdateSandbox(ctx, sb); err != nil || sb.SnapshotBytes != 7 {
+		t.Fatalf("write new columns: %+v %v", sb, err)
 	}
 }

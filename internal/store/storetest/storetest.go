@@ -45,6 +45,13 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Events", testEvents},
 		{"EventsConcurrent", testEventsConcurrent},
 		{"Settings", testSettings},
+		{"OrgSettings", testOrgSettings},
+		{"SandboxLifecycleFields", testSandboxLifecycleFields},
+		{"UpdateSandboxCreateOperation", testUpdateSandboxCreateOperation},
+		{"UpdateSandboxCreateOperationConcurrent", testUpdateSandboxCreateOperationConcurrent},
+		{"Pools", testPools},
+		{"ClaimSandbox", testClaimSandbox},
+		{"ClaimSandboxConcurrent", testClaimSandboxConcurrent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,179 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+
+	airruntime "github.com/airlock/airlock/internal/runtime"
+	"github.com/airlock/airlock/internal/runtime/qemu"
+	"github.com/airlock/airlock/internal/setup"
+)
+
+// lazyQEMU is the qemu runtime, set up in the background: on a first start
+// its set-up (QEMU packages, the Debian cloud kernel, the initramfs) takes a
+// minute, and gVisor sandboxes need not wait for it. Calls wait for the
+// set-up, except List and Status before any qemu sandbox ever existed.
+type lazyQEMU struct {
+	runDir string
+	once   sync.Once
+	ready  chan struct{}
+	drv    *qemu.Driver
+	err    error
+}
+
+var (
+	_ airruntime.Driver      = (*lazyQEMU)(nil)
+	_ airruntime.Pauser      = (*lazyQEMU)(nil)
+	_ airruntime.Snapshotter = (*lazyQEMU)(nil)
+)
+
+// newLazyQEMU starts setting up the qemu runtime under dataDir.
+func newLazyQEMU(ctx context.Context, dataDir, agent string, progress io.Writer, log *slog.Logger) *lazyQEMU {
+	l := &lazyQEMU{runDir: filepath.Join(dataDir, "qemu-run"), ready: make(chan struct{})}
+	go func() {
+		defer close(l.ready)
+		assets, err := setup.EnsureQEMU(ctx, dataDir, agent, progress)
+		if err != nil {
+			l.err = fmt.Errorf("qemu runtime set-up: %w", err)
+			log.Error("qemu runtime unavailable", "err", err)
+			return
+		}
+		l.drv, l.err = qemu.New(qemu.Config{Assets: assets, CacheDir: dataDir, RunDir: l.runDir, Logger: log.With("component", "qemu")})
+		if l.err == nil {
+			fmt.Fprintf(progress, "qemu: runtime ready (guest kernel %s, accel %s)\n", assets.KernelRelease, l.drv.Accel(ctx))
+		}
+	}()
+	return l
+}
+
+func (l *lazyQEMU) get(ctx context.Context) (*qemu.Driver, error) {
+	select {
+	case <-l.ready:
+		return l.drv, l.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("qemu runtime is still being set up: %w", ctx.Err())
+	}
+}
+
+// none reports that no qemu sandbox was ever created here, so List and
+// Status need not wait for the set-up.
+func (l *lazyQEMU) none() bool {
+	select {
+	case <-l.ready:
+		return false
+	default:
+	}
+	entries, err := os.ReadDir(l.runDir)
+	return err != nil || len(entries) == 0
+}
+
+func (l *lazyQEMU) Name() string { return qemu.Name }
+
+func (l *lazyQEMU) Start(ctx context.Context, spec airruntime.Spec) (airruntime.Sandbox, error) {
+	d, err := l.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return d.Start(ctx, spec)
+}
+
+func (l *lazyQEMU) Adopt(ctx context.Context, id string) (airruntime.Sandbox, error) {
+	d, err := l.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return d.Adopt(ctx, id)
+}
+
+func (l *lazyQEMU) Delete(ctx context.Context, id string) error {
+	if l.none() {
+		return nil
+	}
+	d, err := l.get(ctx)
+	if err != nil {
+		return err
+	}
+	return d.Delete(ctx, id)
+}
+
+func (l *lazyQEMU) List(ctx context.Context) ([]string, error) {
+	if l.none() {
+		return nil, nil
+	}
+	d, err := l.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return d.List(ctx)
+}
+
+func (l *lazyQEMU) Status(ctx context.Context, id string) (airruntime.Status, error) {
+	if l.none() {
+		return airruntime.StatusGone, nil
+	}
+	d, err := l.get(ctx)
+	if err != nil {
+		return "", err
+	}
+	return d.Status(ctx, id)
+}
+
+func (l *lazyQEMU) Pause(ctx context.Context, id string) error {
+	d, err := l.get(ctx)
+	if err != nil {
+		return err
+	}
+	return d.Pause(ctx, id)
+}
+
+func (l *lazyQEMU) Resume(ctx context.Context, id string) error {
+	d, err := l.get(ctx)
+	if err != nil {
+		return err
+	}
+	return d.Resume(ctx, id)
+}
+
+func (l *lazyQEMU) Checkpoint(ctx context.Context, id, dir string, leaveRunning bool) error {
+	d, err := l.get(ctx)
+	if err != nil {
+		return err
+	}
+	return d.Checkpoint(ctx, id, dir, leaveRunning)
+}
+
+func (l *lazyQEMU) Restore(ctx context.Context, spec airruntime.Spec, dir string) (airruntime.Sandbox, error) {
+	d, err := l.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return d.Restore(ctx, spec, dir)
+}
+
+// PreferredForAuto: "auto" sandboxes go to qemu only where hardware KVM
+// boots guests; under TCG emulation gVisor is far faster.
+func (l *lazyQEMU) PreferredForAuto(ctx context.Context) bool {
+	select {
+	case <-l.ready:
+		return l.drv != nil && l.drv.Accel(ctx) == "kvm"
+	default:
+		return false
+	}
+}
+
+// StopReason says why a stopped qemu sandbox stopped (guest panic, QEMU crash).
+func (l *lazyQEMU) StopReason(id string) string {
+	select {
+	case <-l.ready:
+		if l.drv != nil {
+			return l.drv.StopReason(id)
+		}
+	default:
+	}
+	return ""
+}

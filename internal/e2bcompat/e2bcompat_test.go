@@ -1,0 +1,616 @@
+package e2bcompat
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlock/airlock/internal/events"
+	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/service"
+	"github.com/airlock/airlock/internal/store"
+	"github.com/airlock/airlock/internal/store/sqlite"
+	"github.com/airlock/airlock/internal/token"
+)
+
+const baseDigest = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
+
+// env is the adapter over a real service and SQLite store, served on a
+// loopback httptest server. A stand-in for controller + worker completes
+// operations (create → running on worker w1, delete → deleted) and a
+// stand-in worker data plane records what the router forwards.
+type env struct {
+	t       *testing.T
+	ctx     context.Context
+	st      *sqlite.Store
+	svc     *service.Service
+	a       *Adapter
+	srv     *httptest.Server
+	key     string // e2b_ key of the default org
+	dp      *httptest.Server
+	mu      sync.Mutex
+	dpSeen  []*http.Request
+	dpHook  func(w http.ResponseWriter, r *http.Request) bool
+	clockMu sync.Mutex
+	clock   time.Time
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	ctx := t.Context()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "airlock.db"))
+	if err != nil {
+		t.Fatalf("open sqlite: %v", err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if err := st.PutTemplate(ctx, model.Template{Name: "base", Tag: "latest", Digest: baseDigest, SizeBytes: 1, CreatedAt: time.Now()}); err != nil {
+		t.Fatalf("put template: %v", err)
+	}
+	e := &env{t: t, ctx: ctx, st: st, clock: time.Now().UTC()}
+	e.svc = &service.Service{Store: st, Events: events.New(st), Now: e.now}
+	if _, _, err := e.svc.Bootstrap(ctx); err != nil {
+		t.Fatalf("bootstrap: %v", err)
+	}
+	_, e.key, err = e.svc.CreateKeyWith(ctx, service.Principal{OrgID: service.DefaultOrgID, Admin: true}, service.DefaultOrgID, service.KeyOptions{Name: "e2b", E2B: true})
+	if err != nil {
+		t.Fatalf("create e2b key: %v", err)
+	}
+	e.dp = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e.mu.Lock()
+		e.dpSeen = append(e.dpSeen, r)
+		hook := e.dpHook
+		e.mu.Unlock()
+		if hook != nil && hook(w, r) {
+			return
+		}
+		w.Header().Set("X-Path", r.URL.RequestURI())
+		w.WriteHeader(http.StatusOK)
+		io.WriteString(w, "forwarded")
+	}))
+	t.Cleanup(e.dp.Close)
+	now := time.Now().UTC()
+	if err := st.UpsertWorker(ctx, model.Worker{ID: "w1", DataPlaneURL: e.dp.URL, InternalURL: e.dp.URL, Runtimes: []string{"gvisor"},
+		Templates: []string{baseDigest}, CapacityMiB: 8192, CapacityVCPUs: 8, LastHeartbeat: now, CreatedAt: now}); err != nil {
+		t.Fatalf("upsert worker: %v", err)
+	}
+	e.a = New(e.svc, Options{CreateWait: 30 * time.Second})
+	mux := http.NewServeMux()
+	mux.Handle("/", e.a.API())
+	e.srv = httptest.NewServer(e.a.Sandboxes(mux))
+	t.Cleanup(e.srv.Close)
+	ctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	go e.complete(ctx)
+	return e
+}
+
+func (e *env) now() time.Time {
+	e.clockMu.Lock()
+	defer e.clockMu.Unlock()
+	return e.clock
+}
+
+func (e *env) advance(d time.Duration) {
+	e.clockMu.Lock()
+	e.clock = e.clock.Add(d)
+	e.clockMu.Unlock()
+}
+
+// complete finishes open create and delete operations, as the controller
+// and a worker would.
+func (e *env) complete(ctx context.Context) {
+	for ctx.Err() == nil {
+		ops, err := e.st.ListOperations(ctx, store.OperationFilter{Open: true})
+		if err == nil {
+			for _, op := range ops {
+				sb, err := e.st.GetSandbox(ctx, op.SandboxID)
+				if err != nil {
+					continue
+				}
+				switch op.Kind {
+				case model.OpCreate:
+					sb.State, sb.WorkerID = model.StateRunning, "w1"
+				case model.OpDelete:
+					sb.State = model.StateDeleted
+				default:
+					continue
+				}
+				op.State = model.OpSucceeded
+				if _, _, err := e.st.UpdateSandboxAndOperation(ctx, sb, op); err == nil {
+					e.svc.Events.Sandbox(ctx, sb)
+					e.svc.Events.Operation(ctx, op)
+				}
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r reply) json(t *testing.T, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.body, v); err != nil {
+		t.Fatalf("decode %s: %v", r.body, err)
+	}
+}
+
+func (e *env) do(method, path, body string, hdr ...string) reply {
+	e.t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(e.ctx, method, e.srv.URL+path, rd)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Header.Set("X-API-KEY", e.key)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i] == "Host" {
+			req.Host = hdr[i+1]
+			continue
+		}
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return reply{resp.StatusCode, resp.Header, b}
+}
+
+// wantError checks an E2B error body with code == status.
+func wantError(t *testing.T, r reply, status int, msgPart string) {
+	t.Helper()
+	var eb errorBody
+	if r.status != status || json.Unmarshal(r.body, &eb) != nil || eb.Code != status || !strings.Contains(eb.Message, msgPart) {
+		t.Fatalf("got %d %s; want %d with code %d and a message containing %q", r.status, r.body, status, status, msgPart)
+	}
+}
+
+func (e *env) create(body string) sandboxJSON {
+	e.t.Helper()
+	r := e.do("POST", "/v2/sandboxes", body)
+	if r.status != http.StatusCreated {
+		e.t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	var sb sandboxJSON
+	r.json(e.t, &sb)
+	return sb
+}
+
+func TestKeyFormatAndAuth(t *testing.T) {
+	e := newEnv(t)
+	if !regexp.MustCompile(`^e2b_[0-9a-f]{40}$`).MatchString(e.key) {
+		t.Fatalf("e2b key %q does not match e2b_<40 hex>", e.key)
+	}
+	_, native, err := e.svc.CreateKey(e.ctx, service.Principal{OrgID: service.DefaultOrgID, Admin: true}, service.DefaultOrgID, "n", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, key string
+		status    int
+	}{
+		{"e2b key", e.key, 200},
+		{"native key", native, 200},
+		{"missing", "", 401},
+		{"well-formed unknown", "e2b_" + strings.Repeat("0", 40), 401},
+		{"malformed", "e2b_xyz", 401},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest("GET", e.srv.URL+"/v2/sandboxes", nil)
+			if tc.key != "" {
+				req.Header.Set("X-API-KEY", tc.key)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if tc.status != 200 {
+				wantError(t, reply{resp.StatusCode, resp.Header, b}, tc.status, "")
+			} else if resp.StatusCode != 200 {
+				t.Fatalf("status %d %s", resp.StatusCode, b)
+			}
+		})
+	}
+}
+
+func TestCreateGetListKill(t *testing.T) {
+	e := newEnv(t)
+	sb := e.create(`{"templateID":"base","timeout":120,"metadata":{"team":"a","n":"1"},"envVars":{"FOO":"bar"}}`)
+	var raw map[string]any
+	r := e.do("GET", "/sandboxes/"+sb.SandboxID, "")
+	if r.status != 200 {
+		t.Fatalf("get: %d %s", r.status, r.body)
+	}
+	r.json(t, &raw)
+	for _, k := range []string{"templateID", "sandboxID", "clientID", "startedAt", "endAt", "envdVersion", "cpuCount", "memoryMB", "diskSizeMB", "state", "metadata"} {
+		if _, ok := raw[k]; !ok {
+			t.Errorf("SandboxDetail lacks %q: %s", k, r.body)
+		}
+	}
+	if raw["state"] != "running" || raw["envdVersion"] != EnvdVersion || raw["templateID"] != "base" {
+		t.Errorf("detail = %s", r.body)
+	}
+	if md, _ := raw["metadata"].(map[string]any); md["team"] != "a" || len(md) != 2 {
+		t.Errorf("metadata = %v; want the two pairs given", raw["metadata"])
+	}
+	if sb.EnvdAccessToken == "" || sb.EnvdVersion != EnvdVersion || sb.Domain != nil || sb.TrafficAccessToken != nil {
+		t.Errorf("create answer = %+v", sb)
+	}
+	if got := e.do("POST", "/sandboxes/"+sb.SandboxID+"/connect", `{"timeout":10}`); got.status != 200 {
+		t.Fatalf("connect running: %d %s", got.status, got.body)
+	} else {
+		var c sandboxJSON
+		got.json(t, &c)
+		if c.EnvdAccessToken != sb.EnvdAccessToken {
+			t.Errorf("connect gave another envd token")
+		}
+	}
+	stored, _ := e.st.GetSandbox(e.ctx, sb.SandboxID)
+	if stored.Env["FOO"] != "bar" || stored.ExpiresAt == nil || stored.ExpiresAt.Sub(e.now()) < 110*time.Second {
+		t.Errorf("stored sandbox env=%v expires=%v; want FOO and an expiry ~120 s out (connect must not shorten it)", stored.Env, stored.ExpiresAt)
+	}
+
+	other := e.create(`{"templateID":"base","metadata":{"team":"b"}}`)
+	for _, tc := range []struct {
+		query string
+		want  []string
+	}{
+		{"", []string{sb.SandboxID, other.SandboxID}},
+		{"?metadata=" + url.QueryEscape("team=a"), []string{sb.SandboxID}},
+		{"?metadata=" + url.QueryEscape("team=a&n=2"), nil},
+		{"?state=running", []string{sb.SandboxID, other.SandboxID}},
+		{"?state=paused", nil},
+	} {
+		r := e.do("GET", "/v2/sandboxes"+tc.query, "")
+		var got []listedSandbox
+		r.json(t, &got)
+		var ids []string
+		for _, s := range got {
+			ids = append(ids, s.SandboxID)
+		}
+		slices.Sort(ids)
+		slices.Sort(tc.want)
+		if fmt.Sprint(ids) != fmt.Sprint(tc.want) {
+			t.Errorf("list%s = %v; want %v", tc.query, ids, tc.want)
+		}
+	}
+
+	wantError(t, e.do("POST", "/sandboxes/"+sb.SandboxID+"/resume", "{}"), 409, "already running")
+	if r := e.do("POST", "/v2/sandboxes/"+sb.SandboxID+"/connect", ""); r.status != 200 {
+		t.Fatalf("v2 connect without a body: %d %s", r.status, r.body)
+	}
+	if r := e.do("DELETE", "/sandboxes/"+sb.SandboxID, ""); r.status != 204 {
+		t.Fatalf("kill: %d %s", r.status, r.body)
+	}
+	wantError(t, e.do("GET", "/sandboxes/"+sb.SandboxID, ""), 404, "not found")
+	wantError(t, e.do("DELETE", "/sandboxes/"+sb.SandboxID, ""), 404, "not found")
+	wantError(t, e.do("POST", "/v2/sandboxes/"+sb.SandboxID+"/connect", "{}"), 404, "not found")
+}
+
+func TestCreateRejects(t *testing.T) {
+	e := newEnv(t)
+	for _, tc := range []struct {
+		body   string
+		status int
+		msg    string
+	}{
+		{`{"templateID":"nope"}`, 400, "not found"},
+		{`{"templateID":"base","timeout":0}`, 400, "timeout"},
+		{`{"templateID":"base","network":{"allowOut":["1.1.1.1"]}}`, 501, "network"},
+		{`{"templateID":"base","volumeMounts":[{"name":"v","path":"/v"}]}`, 501, "volume"},
+		{`{"templateID":"base","autoResume":{"enabled":true}}`, 501, "autoResume"},
+		{`{"templateID":"base","metadata":{"airlock.e2b.x":"1"}}`, 400, "reserved"},
+		{`{"templateID":`, 400, "JSON"},
+	} {
+		wantError(t, e.do("POST", "/sandboxes", tc.body), tc.status, tc.msg)
+	}
+}
+
+func TestPagination(t *testing.T) {
+	e := newEnv(t)
+	for range 3 {
+		e.create(`{"templateID":"base"}`)
+	}
+	r := e.do("GET", "/v2/sandboxes?limit=2", "")
+	var page []listedSandbox
+	r.json(t, &page)
+	next := r.header.Get("X-Next-Token")
+	if len(page) != 2 || next == "" {
+		t.Fatalf("first page: %d sandboxes, X-Next-Token %q", len(page), next)
+	}
+	r = e.do("GET", "/v2/sandboxes?limit=2&nextToken="+url.QueryEscape(next), "")
+	r.json(t, &page)
+	if len(page) != 1 || r.header.Get("X-Next-Token") != "" {
+		t.Fatalf("last page: %d sandboxes, X-Next-Token %q", len(page), r.header.Get("X-Next-Token"))
+	}
+}
+
+func TestTimeoutAndReaper(t *testing.T) {
+	e := newEnv(t)
+	keep := e.create(`{"templateID":"base","timeout":600}`)
+	sb := e.create(`{"templateID":"base","timeout":600}`)
+	if r := e.do("POST", "/sandboxes/"+sb.SandboxID+"/timeout", `{"timeout":5}`); r.status != 204 {
+		t.Fatalf("timeout: %d %s", r.status, r.body)
+	}
+	if err := e.a.Reap(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := e.st.GetSandbox(e.ctx, sb.SandboxID); got.DesiredState == model.StateDeleted {
+		t.Fatal("reaped before its expiry")
+	}
+	e.advance(10 * time.Second)
+	if err := e.a.Reap(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := e.st.GetSandbox(e.ctx, sb.SandboxID); got.DesiredState != model.StateDeleted {
+		t.Fatalf("expired sandbox has desired state %s; want deleted", got.DesiredState)
+	}
+	if got, _ := e.st.GetSandbox(e.ctx, keep.SandboxID); got.DesiredState == model.StateDeleted {
+		t.Fatal("a sandbox that had not expired was reaped")
+	}
+	// refreshes extends, never shortens.
+	if r := e.do("POST", "/sandboxes/"+keep.SandboxID+"/refreshes", `{"duration":1}`); r.status != 204 {
+		t.Fatalf("refreshes: %d %s", r.status, r.body)
+	}
+	if got, _ := e.st.GetSandbox(e.ctx, keep.SandboxID); got.ExpiresAt.Sub(e.now()) < 500*time.Second {
+		t.Fatalf("refreshes shortened the expiry to %v", got.ExpiresAt)
+	}
+}
+
+func TestPauseConflict(t *testing.T) {
+	e := newEnv(t)
+	sb := e.create(`{"templateID":"base"}`)
+	stored, _ := e.st.GetSandbox(e.ctx, sb.SandboxID)
+	stored.State = model.StateSuspended
+	if _, err := e.st.UpdateSandbox(e.ctx, stored); err != nil {
+		t.Fatal(err)
+	}
+	wantError(t, e.do("POST", "/sandboxes/"+sb.SandboxID+"/pause", "{}"), 409, "already paused")
+	var d sandboxDetail
+	e.do("GET", "/sandboxes/"+sb.SandboxID, "").json(t, &d)
+	if d.State != "paused" {
+		t.Fatalf("state = %q; want paused", d.State)
+	}
+	wantError(t, e.do("POST", "/sandboxes/sb-missing/pause", "{}"), 404, "not found")
+}
+
+func TestUnsupportedAndUnknown(t *testing.T) {
+	e := newEnv(t)
+	sb := e.create(`{"templateID":"base"}`)
+	for _, tc := range []struct{ method, path, msg string }{
+		{"POST", "/v3/templates", "template builds"},
+		{"GET", "/templates", "template"},
+		{"POST", "/sandboxes/" + sb.SandboxID + "/fork", "fork"},
+		{"POST", "/sandboxes/" + sb.SandboxID + "/snapshots", "snapshots"},
+		{"GET", "/snapshots", "snapshots"},
+		{"PUT", "/sandboxes/" + sb.SandboxID + "/network", "network"},
+		{"GET", "/volumes", "volumes"},
+	} {
+		wantError(t, e.do(tc.method, tc.path, "{}"), 501, tc.msg)
+	}
+	wantError(t, e.do("GET", "/nothing-here", ""), 404, "no such endpoint")
+	if r := e.do("GET", "/sandboxes/"+sb.SandboxID+"/metrics", ""); r.status != 200 || strings.TrimSpace(string(r.body)) != "[]" {
+		t.Fatalf("metrics without envd: %d %s; want 200 []", r.status, r.body)
+	}
+}
+
+func TestSandboxTarget(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		hdr     map[string]string
+		host    string
+		ok, bad bool
+		id      string
+		port    int
+	}{
+		{"header default port", map[string]string{HeaderSandboxID: "sb-x"}, "127.0.0.1:7070", true, false, "sb-x", EnvdPort},
+		{"header port", map[string]string{HeaderSandboxID: "sb-x", HeaderSandboxPort: "8000"}, "", true, false, "sb-x", 8000},
+		{"header bad port", map[string]string{HeaderSandboxID: "sb-x", HeaderSandboxPort: "http"}, "", true, true, "sb-x", 0},
+		{"host", nil, "8000-sb-abc.airlock.test:7070", true, false, "sb-abc", 8000},
+		{"host envd", nil, "49983-sb-abc.localhost", true, false, "sb-abc", EnvdPort},
+		{"plain ip", nil, "127.0.0.1:7070", false, false, "", 0},
+		{"localhost", nil, "localhost:7070", false, false, "", 0},
+		{"api host", nil, "api.example.com", false, false, "", 0},
+		{"hyphen name", nil, "my-host.example.com", false, false, "", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest("GET", "/health", nil)
+			r.Host = tc.host
+			for k, v := range tc.hdr {
+				r.Header.Set(k, v)
+			}
+			got, ok, err := sandboxTarget(r)
+			if ok != tc.ok || (err != nil) != tc.bad {
+				t.Fatalf("ok=%v err=%v; want ok=%v bad=%v", ok, err, tc.ok, tc.bad)
+			}
+			if ok && !tc.bad && (got.sandboxID != tc.id || got.port != tc.port) {
+				t.Fatalf("target = %+v; want %s:%d", got, tc.id, tc.port)
+			}
+		})
+	}
+}
+
+func TestCheckSignature(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	sign := func(path, op, user, tok string, exp int64) string {
+		raw := path + ":" + op + ":" + user + ":" + tok
+		if exp != 0 {
+			raw += fmt.Sprintf(":%d", exp)
+		}
+		sum := sha256.Sum256([]byte(raw))
+		return "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
+	}
+	for _, tc := range []struct {
+		name, method, query string
+		ok                  bool
+	}{
+		{"read", "GET", "path=/home/user/a&signature=" + url.QueryEscape(sign("/home/user/a", "read", "", "T", 0)), true},
+		{"write with user", "POST", "path=a&username=user&signature=" + url.QueryEscape(sign("a", "write", "user", "T", 0)), true},
+		{"read signature used to write", "POST", "path=a&signature=" + url.QueryEscape(sign("a", "read", "", "T", 0)), false},
+		{"other token", "GET", "path=a&signature=" + url.QueryEscape(sign("a", "read", "", "U", 0)), false},
+		{"unexpired", "GET", fmt.Sprintf("path=a&signature_expiration=%d&signature=%s", now.Unix()+60, url.QueryEscape(sign("a", "read", "", "T", now.Unix()+60))), true},
+		{"expired", "GET", fmt.Sprintf("path=a&signature_expiration=%d&signature=%s", now.Unix()-1, url.QueryEscape(sign("a", "read", "", "T", now.Unix()-1))), false},
+		{"none", "GET", "path=a", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(tc.method, "/files?"+tc.query, nil)
+			if err := checkSignature(r, "T", now); (err == nil) != tc.ok {
+				t.Fatalf("err = %v; want ok=%v", err, tc.ok)
+			}
+		})
+	}
+}
+
+func TestRouterForwardsToWorker(t *testing.T) {
+	e := newEnv(t)
+	sb := e.create(`{"templateID":"base"}`)
+	key, err := service.StoreSigningKey(e.st)(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Unknown sandbox, and envd without an access token.
+	r := e.do("GET", "/health", "", HeaderSandboxID, "sb-unknown")
+	var se sandboxError
+	r.json(t, &se)
+	if r.status != 502 || se.Code != 502 || se.SandboxID != "sb-unknown" {
+		t.Fatalf("unknown sandbox: %d %s; want 502 with sandboxId", r.status, r.body)
+	}
+	if r := e.do("POST", "/process.Process/List", "{}", HeaderSandboxID, sb.SandboxID); r.status != 401 {
+		t.Fatalf("envd RPC without token: %d %s; want 401", r.status, r.body)
+	}
+	if r := e.do("POST", "/process.Process/List", "{}", HeaderSandboxID, sb.SandboxID, "X-Access-Token", "v1.forged.sig"); r.status != 401 {
+		t.Fatalf("envd RPC with a bad token: %d %s; want 401", r.status, r.body)
+	}
+
+	for _, tc := range []struct {
+		name, method, path string
+		hdr                []string
+		wantPath           string
+	}{
+		{"envd rpc", "POST", "/process.Process/List", []string{HeaderSandboxID, sb.SandboxID, "X-Access-Token", sb.EnvdAccessToken}, "/e2b/" + sb.SandboxID + "/49983/process.Process/List"},
+		{"health needs no token", "GET", "/health", []string{HeaderSandboxID, sb.SandboxID}, "/e2b/" + sb.SandboxID + "/49983/health"},
+		{"user port by header", "GET", "/index.html?q=1", []string{HeaderSandboxID, sb.SandboxID, HeaderSandboxPort, "8000"}, "/e2b/" + sb.SandboxID + "/8000/index.html?q=1"},
+		{"user port by host", "GET", "/x", []string{"Host", "8000-" + sb.SandboxID + ".airlock.test"}, "/e2b/" + sb.SandboxID + "/8000/x"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := e.do(tc.method, tc.path, "", tc.hdr...)
+			if r.status != 200 || r.header.Get("X-Path") != tc.wantPath {
+				t.Fatalf("got %d path %q body %s; want 200 at %s", r.status, r.header.Get("X-Path"), r.body, tc.wantPath)
+			}
+			e.mu.Lock()
+			last := e.dpSeen[len(e.dpSeen)-1]
+			e.mu.Unlock()
+			c, err := token.Verify(key, last.Header.Get(HeaderDataPlaneToken), time.Now())
+			if err != nil || c.SandboxID != sb.SandboxID || c.Scope != token.ScopeEnvd {
+				t.Fatalf("worker got token claims %+v, err %v", c, err)
+			}
+		})
+	}
+
+	// A paused sandbox: envd /health answers 502 (isRunning() false).
+	stored, _ := e.st.GetSandbox(e.ctx, sb.SandboxID)
+	stored.State = model.StateSuspended
+	if _, err := e.st.UpdateSandbox(e.ctx, stored); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.do("GET", "/health", "", HeaderSandboxID, sb.SandboxID); r.status != 502 {
+		t.Fatalf("paused sandbox health: %d %s; want 502", r.status, r.body)
+	}
+}
+
+// TestRouterStreams checks that a streamed answer reaches the client
+// message by message: the stand-in worker writes the second message only
+// after the client has read the first.
+func TestRouterStreams(t *testing.T) {
+	e := newEnv(t)
+	sb := e.create(`{"templateID":"base"}`)
+	gotFirst := make(chan struct{})
+	e.mu.Lock()
+	e.dpHook = func(w http.ResponseWriter, r *http.Request) bool {
+		w.Header().Set("Content-Type", "application/connect+json")
+		w.WriteHeader(200)
+		io.WriteString(w, "first\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-gotFirst:
+		case <-r.Context().Done():
+			return true
+		}
+		io.WriteString(w, "second\n")
+		return true
+	}
+	e.mu.Unlock()
+	req, _ := http.NewRequestWithContext(e.ctx, "POST", e.srv.URL+"/process.Process/Start", strings.NewReader("{}"))
+	req.Header.Set(HeaderSandboxID, sb.SandboxID)
+	req.Header.Set("X-Access-Token", sb.EnvdAccessToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	line, err := br.ReadString('\n')
+	if err != nil || line != "first\n" {
+		t.Fatalf("first message: %q %v", line, err)
+	}
+	close(gotFirst)
+	if line, err = br.ReadString('\n'); err != nil || line != "second\n" {
+		t.Fatalf("second message: %q %v", line, err)
+	}
+}
+
+func TestReaperSuspendsAutoPause(t *testing.T) {
+	e := newEnv(t)
+	sb := e.create(`{"templateID":"base","timeout":60,"autoPause":true}`)
+	var d sandboxDetail
+	e.do("GET", "/sandboxes/"+sb.SandboxID, "").json(t, &d)
+	if d.Lifecycle.OnTimeout != "pause" || len(d.Metadata) != 0 {
+		t.Fatalf("detail lifecycle %+v metadata %v; want onTimeout pause and no reserved keys", d.Lifecycle, d.Metadata)
+	}
+	e.advance(2 * time.Minute)
+	if err := e.a.Reap(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := e.st.GetSandbox(e.ctx, sb.SandboxID)
+	if got.DesiredState == model.StateDeleted {
+		t.Fatal("an autoPause sandbox was deleted at its timeout")
+	}
+	ops, err := e.st.ListOperations(e.ctx, store.OperationFilter{SandboxID: sb.SandboxID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var suspend bool
+	for _, op := range ops {
+		suspend = suspend || op.Kind == model.OpSuspend
+	}
+	if !suspend || got.ExpiresAt != nil {
+		t.Fatalf("after expiry: suspend operation %v, expires_at %v; want a suspend and no expiry", suspend, got.ExpiresAt)
+	}
+}

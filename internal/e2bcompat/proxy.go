@@ -1,0 +1,320 @@
+package e2bcompat
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/token"
+)
+
+// Headers of sandbox traffic.
+const (
+	HeaderSandboxID   = "E2b-Sandbox-Id"
+	HeaderSandboxPort = "E2b-Sandbox-Port"
+	headerAccessToken = "X-Access-Token"
+	// HeaderDataPlaneToken carries the server-signed envd token from the
+	// router to the worker's /e2b route (Authorization is the user's: envd
+	// reads the run-as user from it).
+	HeaderDataPlaneToken = "X-Airlock-Dataplane-Token"
+)
+
+// maxRPCBody caps the body of an envd RPC (file bytes go through /files).
+const maxRPCBody = 16 << 20
+
+// workerTokenTTL is the validity of the token the router signs for one
+// forwarded request.
+const workerTokenTTL = 10 * time.Minute
+
+// target names the sandbox and port a request is for.
+type target struct {
+	sandboxID string
+	port      int
+}
+
+// sandboxTarget recognizes sandbox traffic: the E2b-Sandbox-Id header (port
+// from E2b-Sandbox-Port, default 49983), or a Host "<port>-<sandboxID>.<domain>".
+func sandboxTarget(r *http.Request) (target, bool, error) {
+	if id := strings.TrimSpace(r.Header.Get(HeaderSandboxID)); id != "" {
+		port := EnvdPort
+		if ps := strings.TrimSpace(r.Header.Get(HeaderSandboxPort)); ps != "" {
+			n, err := strconv.Atoi(ps)
+			if err != nil || n < 1 || n > 65535 {
+				return target{sandboxID: id}, true, fmt.Errorf("%s %q is not a port number", HeaderSandboxPort, ps)
+			}
+			port = n
+		}
+		return target{sandboxID: id, port: port}, true, nil
+	}
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	label, _, ok := strings.Cut(host, ".")
+	if !ok {
+		return target{}, false, nil
+	}
+	ps, id, ok := strings.Cut(label, "-")
+	if !ok || id == "" || ps == "" || strings.Trim(ps, "0123456789") != "" {
+		return target{}, false, nil
+	}
+	n, err := strconv.Atoi(ps)
+	if err != nil || n < 1 || n > 65535 {
+		return target{}, false, nil
+	}
+	return target{sandboxID: id, port: n}, true, nil
+}
+
+// router dispatches sandbox traffic to the data plane of the sandbox's
+// worker; everything else goes to the next handler.
+type router struct {
+	s *server
+	// local returns the in-process data-plane handler of workerID, or nil.
+	local func(workerID string) http.Handler
+
+	mu      sync.Mutex
+	proxies map[string]*httputil.ReverseProxy // by data-plane URL
+}
+
+// sandboxError is the 502 infra answers for a sandbox that is not running
+// (the SDK's isRunning() reads it as false).
+type sandboxError struct {
+	SandboxID string `json:"sandboxId"`
+	Message   string `json:"message"`
+	Code      int    `json:"code"`
+}
+
+func writeSandboxError(w http.ResponseWriter, id string, status int, msg string) {
+	writeJSON(w, status, sandboxError{SandboxID: id, Message: msg, Code: status})
+}
+
+func (rt *router) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t, ok, err := sandboxTarget(r)
+		if !ok {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if err != nil {
+			writeSandboxError(w, t.sandboxID, http.StatusBadRequest, err.Error())
+			return
+		}
+		rt.serve(w, r, t)
+	})
+}
+
+func (rt *router) serve(w http.ResponseWriter, r *http.Request, t target) {
+	ctx := r.Context()
+	sb, err := rt.s.svc.Store.GetSandbox(ctx, t.sandboxID)
+	if errors.Is(err, model.ErrNotFound) || err == nil && e2bState(sb) == "" {
+		writeSandboxError(w, t.sandboxID, http.StatusBadGateway, "The sandbox was not found")
+		return
+	}
+	if err != nil {
+		rt.s.log.Error("e2b sandbox traffic: look up sandbox", "sandbox", t.sandboxID, "err", err)
+		writeSandboxError(w, t.sandboxID, http.StatusBadGateway, "sandbox lookup failed; retry")
+		return
+	}
+	if t.port == EnvdPort {
+		if err := rt.authorizeEnvd(ctx, r, sb); err != nil {
+			writeSandboxError(w, t.sandboxID, http.StatusUnauthorized, err.Error())
+			return
+		}
+	}
+	if sb.State != model.StateRunning {
+		writeSandboxError(w, t.sandboxID, http.StatusBadGateway, fmt.Sprintf("The sandbox is %s; resume it with Sandbox.connect", e2bState(sb)))
+		return
+	}
+	h, base, err := rt.worker(ctx, sb)
+	if err != nil {
+		writeSandboxError(w, t.sandboxID, http.StatusBadGateway, err.Error())
+		return
+	}
+	key, err := rt.s.key(ctx)
+	if err != nil {
+		rt.s.log.Error("e2b sandbox traffic: signing key", "err", err)
+		writeSandboxError(w, t.sandboxID, http.StatusBadGateway, "signing key unavailable")
+		return
+	}
+	tok, err := token.Sign(key, token.Claims{SandboxID: sb.ID, OrgID: sb.OrgID, Scope: token.ScopeEnvd, Expires: time.Now().Add(workerTokenTTL).Unix()})
+	if err != nil {
+		writeSandboxError(w, t.sandboxID, http.StatusBadGateway, err.Error())
+		return
+	}
+	out := r.Clone(ctx)
+	if t.port == EnvdPort && r.URL.Path != "/files" && r.Body != nil && r.Body != http.NoBody {
+		// An RPC: read its (small) body whole first. A server stream answers
+		// while a chunked body may still be arriving (its last chunk), and an
+		// HTTP/1.1 server gives up the request body once the answer starts,
+		// which would cut the forwarded request.
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxRPCBody+1))
+		if err != nil {
+			writeSandboxError(w, t.sandboxID, http.StatusBadRequest, "read request body: "+err.Error())
+			return
+		}
+		if len(body) > maxRPCBody {
+			writeSandboxError(w, t.sandboxID, http.StatusRequestEntityTooLarge, fmt.Sprintf("an envd RPC body may be at most %d bytes", maxRPCBody))
+			return
+		}
+		out.Body, out.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		out.Header.Del("Transfer-Encoding")
+		out.TransferEncoding = nil
+	}
+	out.URL.Path = "/e2b/" + sb.ID + "/" + strconv.Itoa(t.port) + r.URL.Path
+	out.URL.RawPath = ""
+	if r.URL.RawPath != "" {
+		out.URL.RawPath = "/e2b/" + sb.ID + "/" + strconv.Itoa(t.port) + r.URL.RawPath
+	}
+	out.Header.Set(HeaderDataPlaneToken, tok)
+	if h != nil {
+		out.RequestURI = out.URL.RequestURI()
+		h.ServeHTTP(w, out)
+		return
+	}
+	rt.proxy(base).ServeHTTP(w, out)
+}
+
+// authorizeEnvd applies envd's rule: every request needs X-Access-Token
+// except GET /health, and /files, which also accepts a URL signature.
+func (rt *router) authorizeEnvd(ctx context.Context, r *http.Request, sb model.Sandbox) error {
+	if r.URL.Path == "/health" {
+		return nil
+	}
+	want, err := rt.s.envdToken(ctx, sb)
+	if err != nil {
+		return err
+	}
+	if got := r.Header.Get(headerAccessToken); got != "" {
+		if subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1 {
+			return nil
+		}
+		return errors.New("invalid access token")
+	}
+	if r.URL.Path == "/files" {
+		return checkSignature(r, want, time.Now())
+	}
+	return errors.New("missing access token (X-Access-Token)")
+}
+
+// checkSignature verifies an E2B file-URL signature: "v1_" + unpadded
+// base64 of sha256("<path>:<read|write>:<username>:<token>[:<expiry>]").
+func checkSignature(r *http.Request, envdToken string, now time.Time) error {
+	q := r.URL.Query()
+	sig := q.Get("signature")
+	if sig == "" {
+		return errors.New("missing access token (X-Access-Token) or URL signature")
+	}
+	op := "read"
+	if r.Method == http.MethodPost {
+		op = "write"
+	}
+	raw := q.Get("path") + ":" + op + ":" + q.Get("username") + ":" + envdToken
+	if exp := q.Get("signature_expiration"); exp != "" {
+		n, err := strconv.ParseInt(exp, 10, 64)
+		if err != nil {
+			return errors.New("signature_expiration is not a number")
+		}
+		if now.Unix() > n {
+			return errors.New("the URL signature has expired")
+		}
+		raw += ":" + exp
+	}
+	sum := sha256.Sum256([]byte(raw))
+	want := "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
+	if subtle.ConstantTimeCompare([]byte(sig), []byte(want)) != 1 {
+		return errors.New("invalid URL signature")
+	}
+	return nil
+}
+
+// worker returns the in-process handler of the sandbox's worker, or the
+// base URL of its data plane.
+func (rt *router) worker(ctx context.Context, sb model.Sandbox) (http.Handler, string, error) {
+	if sb.WorkerID == "" {
+		return nil, "", errors.New("the sandbox has no worker yet; retry")
+	}
+	if rt.local != nil {
+		if h := rt.local(sb.WorkerID); h != nil {
+			return h, "", nil
+		}
+	}
+	wk, err := rt.s.svc.Store.GetWorker(ctx, sb.WorkerID)
+	if err != nil {
+		return nil, "", fmt.Errorf("worker %s of the sandbox is unknown: %v", sb.WorkerID, err)
+	}
+	if wk.DataPlaneURL == "" {
+		return nil, "", fmt.Errorf("worker %s has no data-plane URL", wk.ID)
+	}
+	return nil, wk.DataPlaneURL, nil
+}
+
+func (rt *router) proxy(base string) *httputil.ReverseProxy {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if p := rt.proxies[base]; p != nil {
+		return p
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		u = &url.URL{Scheme: "http", Host: "invalid"}
+	}
+	p := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(u)
+			pr.Out.Host = u.Host
+		},
+		FlushInterval: -1, // stream every write (Connect server streams)
+		ErrorLog:      slog.NewLogLogger(rt.s.log.Handler(), slog.LevelDebug),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if r.Context().Err() != nil {
+				return
+			}
+			writeSandboxError(w, r.Header.Get(HeaderSandboxID), http.StatusBadGateway, "worker data plane unreachable: "+err.Error())
+		},
+	}
+	if rt.proxies == nil {
+		rt.proxies = map[string]*httputil.ReverseProxy{}
+	}
+	rt.proxies[base] = p
+	return p
+}
+
+// envdGet fetches an envd path of a running sandbox through its worker
+// (used for metrics).
+func (rt *router) envdGet(ctx context.Context, sb model.Sandbox, path string) ([]byte, error) {
+	tok, err := rt.s.envdToken(ctx, sb)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://airlock"+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set(HeaderSandboxID, sb.ID)
+	req.Header.Set(headerAccessToken, tok)
+	req.RequestURI = path
+	rec := httptest.NewRecorder()
+	rt.serve(rec, req, target{sandboxID: sb.ID, port: EnvdPort})
+	res := rec.Result()
+	body, _ := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	if res.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("envd %s answered %s: %s", path, res.Status, strings.TrimSpace(string(body)))
+	}
+	return body, nil
+}

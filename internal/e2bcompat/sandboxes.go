@@ -1,0 +1,610 @@
+package e2bcompat
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlock/airlock/internal/api/apitypes"
+	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/service"
+	"github.com/airlock/airlock/internal/token"
+)
+
+// envdTokenTTL is how long an envd access token is valid. The token is
+// derived from the sandbox record, so create and connect hand out the same
+// one; the router stops honouring it once the sandbox is gone.
+const envdTokenTTL = 365 * 24 * time.Hour
+
+// noExpiry is endAt for a sandbox without an expiry (native sandboxes
+// created without timeout_s).
+const noExpiry = "9999-12-31T23:59:59Z"
+
+// newSandbox is the body of POST /sandboxes (v1, NewSandbox) and
+// POST /v2/sandboxes (NewSandboxV2): the fields Airlock reads.
+type newSandbox struct {
+	TemplateID          string                  `json:"templateID"`
+	Timeout             *int                    `json:"timeout"`
+	Metadata            map[string]string       `json:"metadata"`
+	EnvVars             map[string]string       `json:"envVars"`
+	AutoPause           bool                    `json:"autoPause"`
+	AutoResume          *struct{ Enabled bool } `json:"autoResume"`
+	AllowInternetAccess *bool                   `json:"allow_internet_access"`
+	Network             json.RawMessage         `json:"network"`
+	MCP                 json.RawMessage         `json:"mcp"`
+	VolumeMounts        json.RawMessage         `json:"volumeMounts"`
+	IAM                 json.RawMessage         `json:"iam"`
+}
+
+// sandboxJSON is E2B's Sandbox (create and connect answers).
+type sandboxJSON struct {
+	SandboxID          string  `json:"sandboxID"`
+	TemplateID         string  `json:"templateID"`
+	Alias              string  `json:"alias,omitempty"`
+	ClientID           string  `json:"clientID"`
+	EnvdVersion        string  `json:"envdVersion"`
+	EnvdAccessToken    string  `json:"envdAccessToken,omitempty"`
+	TrafficAccessToken *string `json:"trafficAccessToken"`
+	Domain             *string `json:"domain"`
+}
+
+// listedSandbox is E2B's ListedSandbox.
+type listedSandbox struct {
+	SandboxID   string            `json:"sandboxID"`
+	TemplateID  string            `json:"templateID"`
+	Alias       string            `json:"alias,omitempty"`
+	ClientID    string            `json:"clientID"`
+	StartedAt   string            `json:"startedAt"`
+	EndAt       string            `json:"endAt"`
+	EnvdVersion string            `json:"envdVersion"`
+	CPUCount    int               `json:"cpuCount"`
+	MemoryMB    int               `json:"memoryMB"`
+	DiskSizeMB  int               `json:"diskSizeMB"`
+	State       string            `json:"state"`
+	Metadata    map[string]string `json:"metadata"`
+}
+
+type lifecycleJSON struct {
+	OnTimeout  string `json:"onTimeout"`
+	AutoResume bool   `json:"autoResume"`
+}
+
+// sandboxDetail is E2B's SandboxDetail.
+type sandboxDetail struct {
+	listedSandbox
+	EnvdAccessToken     string        `json:"envdAccessToken,omitempty"`
+	Domain              *string       `json:"domain"`
+	AllowInternetAccess bool          `json:"allowInternetAccess"`
+	Lifecycle           lifecycleJSON `json:"lifecycle"`
+}
+
+// sandboxMetric is E2B's SandboxMetric.
+type sandboxMetric struct {
+	Timestamp     string  `json:"timestamp"`
+	TimestampUnix int64   `json:"timestampUnix"`
+	CPUCount      int     `json:"cpuCount"`
+	CPUUsedPct    float64 `json:"cpuUsedPct"`
+	MemUsed       int64   `json:"memUsed"`
+	MemTotal      int64   `json:"memTotal"`
+	MemCache      int64   `json:"memCache"`
+	DiskUsed      int64   `json:"diskUsed"`
+	DiskTotal     int64   `json:"diskTotal"`
+}
+
+// e2bState maps an Airlock state to E2B's running|paused, or "" for a
+// sandbox E2B would not show (gone, going, failed).
+func e2bState(sb model.Sandbox) string {
+	if sb.DesiredState == model.StateDeleted {
+		return ""
+	}
+	switch sb.State {
+	case model.StatePending, model.StateStarting, model.StateRunning, model.StateWaking:
+		return "running"
+	case model.StatePaused, model.StateSuspending, model.StateSuspended:
+		return "paused"
+	}
+	return ""
+}
+
+// airlockStates maps an E2B state filter value to Airlock states.
+func airlockStates(e2b string) ([]model.SandboxState, error) {
+	switch e2b {
+	case "running":
+		return []model.SandboxState{model.StatePending, model.StateStarting, model.StateRunning, model.StateWaking}, nil
+	case "paused":
+		return []model.SandboxState{model.StatePaused, model.StateSuspending, model.StateSuspended}, nil
+	}
+	return nil, badRequest("state %q is not one of running, paused", e2b)
+}
+
+// templateRef turns an E2B templateID or alias into an Airlock template
+// reference: "base" stays "base"; "team/alias" becomes "alias".
+func templateRef(id string) string {
+	if id == "" {
+		return service.DefaultTemplate
+	}
+	if i := strings.LastIndex(id, "/"); i >= 0 {
+		id = id[i+1:]
+	}
+	return id
+}
+
+func publicMetadata(md map[string]string) map[string]string {
+	out := make(map[string]string, len(md))
+	for k, v := range md {
+		if !strings.HasPrefix(k, metaPrefix) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func alias(sb model.Sandbox) string {
+	if a := sb.Metadata[metaAlias]; a != "" {
+		return a
+	}
+	return sb.Template
+}
+
+// envdToken is the sandbox's envd access token: a data-plane token of
+// scope envd, derived from the sandbox record so it is the same on every
+// call.
+func (s *server) envdToken(ctx context.Context, sb model.Sandbox) (string, error) {
+	key, err := s.key(ctx)
+	if err != nil {
+		return "", fmt.Errorf("load signing key: %w", err)
+	}
+	tok, err := token.Sign(key, token.Claims{
+		SandboxID: sb.ID, OrgID: sb.OrgID, Scope: token.ScopeEnvd,
+		Expires: sb.CreatedAt.Add(envdTokenTTL).Unix(),
+	})
+	if err != nil {
+		return "", fmt.Errorf("sign envd token: %w", err)
+	}
+	return tok, nil
+}
+
+func (s *server) sandboxOut(ctx context.Context, sb model.Sandbox) (sandboxJSON, error) {
+	tok, err := s.envdToken(ctx, sb)
+	if err != nil {
+		return sandboxJSON{}, err
+	}
+	return sandboxJSON{
+		SandboxID: sb.ID, TemplateID: sb.Template, Alias: alias(sb), ClientID: "airlock",
+		EnvdVersion: EnvdVersion, EnvdAccessToken: tok,
+	}, nil
+}
+
+func listed(sb model.Sandbox) listedSandbox {
+	end := noExpiry
+	if sb.ExpiresAt != nil {
+		end = sb.ExpiresAt.UTC().Format(time.RFC3339)
+	}
+	return listedSandbox{
+		SandboxID: sb.ID, TemplateID: sb.Template, Alias: alias(sb), ClientID: "airlock",
+		StartedAt: sb.CreatedAt.UTC().Format(time.RFC3339), EndAt: end, EnvdVersion: EnvdVersion,
+		CPUCount: sb.Resources.VCPUs, MemoryMB: sb.Resources.MemoryMiB, State: e2bState(sb),
+		Metadata: publicMetadata(sb.Metadata),
+	}
+}
+
+// visible returns the caller's sandbox as E2B sees it: a sandbox being
+// deleted, deleted or failed is not found.
+func (s *server) visible(ctx context.Context, p service.Principal, id string) (model.Sandbox, error) {
+	sb, err := s.svc.GetSandbox(ctx, p, id)
+	if err != nil {
+		return model.Sandbox{}, err
+	}
+	if e2bState(sb) == "" {
+		why := "it was killed"
+		if sb.State == model.StateFailed {
+			why = "it failed: " + sb.Reason
+		}
+		return model.Sandbox{}, model.Errorf(model.ErrNotFound, "sandbox %s not found (%s)", id, why)
+	}
+	return sb, nil
+}
+
+func (s *server) create(w http.ResponseWriter, r *http.Request, p service.Principal) error {
+	var req newSandbox
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	switch {
+	case len(req.Network) > 0 && string(req.Network) != "null" && string(req.Network) != "{}":
+		return notSupported("network rules are not supported by Airlock (sandboxes have loopback networking only)")
+	case len(req.MCP) > 0 && string(req.MCP) != "null":
+		return notSupported("MCP gateways are not supported by Airlock")
+	case len(req.VolumeMounts) > 0 && string(req.VolumeMounts) != "null" && string(req.VolumeMounts) != "[]":
+		return notSupported("volume mounts are not supported by Airlock")
+	case len(req.IAM) > 0 && string(req.IAM) != "null" && string(req.IAM) != "{}":
+		return notSupported("IAM tokens are not supported by Airlock")
+	case req.AutoResume != nil && req.AutoResume.Enabled:
+		return notSupported("autoResume is not supported by Airlock yet (resume with Sandbox.connect)")
+	}
+	timeout := DefaultTimeout
+	if req.Timeout != nil {
+		timeout = *req.Timeout
+	}
+	if timeout <= 0 || time.Duration(timeout)*time.Second > service.MaxSandboxTimeout {
+		return badRequest("timeout is %d seconds; it must be between 1 and %d", timeout, int(service.MaxSandboxTimeout/time.Second))
+	}
+	md := make(map[string]string, len(req.Metadata)+2)
+	for k, v := range req.Metadata {
+		if strings.HasPrefix(k, metaPrefix) {
+			return badRequest("metadata keys starting with %q are reserved", metaPrefix)
+		}
+		md[k] = v
+	}
+	if req.AutoPause {
+		md[metaOnTimeout] = "pause"
+	}
+	ref := templateRef(req.TemplateID)
+	if req.TemplateID != "" && req.TemplateID != ref {
+		md[metaAlias] = req.TemplateID
+	}
+	sb, op, err := s.svc.CreateSandbox(r.Context(), p, apitypes.CreateSandboxRequest{
+		Template: ref, Env: req.EnvVars, Metadata: md, TimeoutS: timeout,
+	}, r.Header.Get("Idempotency-Key"))
+	if err != nil {
+		return err
+	}
+	sb, err = s.waitOp(r.Context(), p, op, "start")
+	if err != nil {
+		return err
+	}
+	out, err := s.sandboxOut(r.Context(), sb)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, out)
+	return nil
+}
+
+// waitOp waits for op to finish (at most createWait) and returns the
+// sandbox after it; a failed operation is an errFailed naming what.
+func (s *server) waitOp(ctx context.Context, p service.Principal, op model.Operation, what string) (model.Sandbox, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.createWait)
+	defer cancel()
+	for !op.State.Done() {
+		var err error
+		op, err = s.svc.WaitOperation(ctx, p, op.ID, service.MaxWait)
+		if err != nil {
+			return model.Sandbox{}, err
+		}
+		if ctx.Err() != nil && !op.State.Done() {
+			return model.Sandbox{}, model.Errorf(model.ErrUnavailable, "sandbox %s did not %s within %s (operation %s is %s); retry or check `airlock op get %s`", op.SandboxID, what, s.createWait, op.ID, op.State, op.ID)
+		}
+	}
+	if op.State != model.OpSucceeded {
+		return model.Sandbox{}, errFailed{fmt.Sprintf("sandbox %s failed to %s: %s", op.SandboxID, what, op.Reason)}
+	}
+	return s.svc.GetSandbox(ctx, p, op.SandboxID)
+}
+
+func (s *server) list(w http.ResponseWriter, r *http.Request, p service.Principal) error {
+	q := r.URL.Query()
+	f := apitypes.SandboxFilter{Cursor: q.Get("nextToken")}
+	states := []string{"running", "paused"}
+	if vs := q["state"]; len(vs) > 0 {
+		states = nil
+		for _, v := range vs {
+			for _, st := range strings.Split(v, ",") {
+				if st = strings.TrimSpace(st); st != "" {
+					states = append(states, st)
+				}
+			}
+		}
+	}
+	if r.URL.Path == "/sandboxes" && q.Get("state") == "" {
+		states = []string{"running"} // the v1 list shows running sandboxes only
+	}
+	for _, st := range states {
+		as, err := airlockStates(st)
+		if err != nil {
+			return err
+		}
+		f.States = append(f.States, as...)
+	}
+	if m := q.Get("metadata"); m != "" {
+		pairs, err := url.ParseQuery(m)
+		if err != nil {
+			return badRequest("metadata filter %q is not a URL-encoded key=value list: %v", m, err)
+		}
+		f.Metadata = map[string]string{}
+		for k, v := range pairs {
+			if len(v) > 0 {
+				f.Metadata[k] = v[len(v)-1]
+			}
+		}
+	}
+	f.Limit = 100
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 {
+			return badRequest("limit %q is not a positive number", l)
+		}
+		f.Limit = min(n, service.MaxListLimit)
+	}
+	sbs, next, err := s.svc.ListSandboxes(r.Context(), p, f)
+	if err != nil {
+		return err
+	}
+	tpl := q.Get("template")
+	var after time.Time
+	if v := q.Get("startedAfter"); v != "" {
+		if after, err = time.Parse(time.RFC3339Nano, v); err != nil {
+			return badRequest("startedAfter %q is not an RFC 3339 time", v)
+		}
+	}
+	out := make([]listedSandbox, 0, len(sbs))
+	for _, sb := range sbs {
+		if e2bState(sb) == "" || tpl != "" && tpl != sb.Template && tpl != alias(sb) || sb.CreatedAt.Before(after) {
+			continue
+		}
+		out = append(out, listed(sb))
+	}
+	if next != "" {
+		w.Header().Set("X-Next-Token", next)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *server) get(w http.ResponseWriter, r *http.Request, p service.Principal) error {
+	sb, err := s.visible(r.Context(), p, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	tok, err := s.envdToken(r.Context(), sb)
+	if err != nil {
+		return err
+	}
+	onTimeout := "kill"
+	if sb.Metadata[metaOnTimeout] == "pause" {
+		onTimeout = "pause"
+	}
+	writeJSON(w, http.StatusOK, sandboxDetail{
+		listedSandbox: listed(sb), EnvdAccessToken: tok,
+		Lifecycle: lifecycleJSON{OnTimeout: onTimeout},
+	})
+	return nil
+}
+
+func (s *server) kill(w http.ResponseWriter, r *http.Request, p service.Principal) error {
+	id := r.PathValue("id")
+	if _, err := s.visible(r.Context(), p, id); err != nil {
+		return err
+	}
+	if _, err := s.svc.DeleteSandbox(r.Context(), p, id); err != nil {
+		return err
+	}
+	// Deletion finishes in the background; from now on E2B sees the
+	// sandbox as gone (GET answers 404, envd 502).
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *server) setTimeout(w http.ResponseWriter, r *http.Request, p service.Principal) error {
+	var req struct {
+		Timeout *int `json:"timeout"`
+	}
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	if req.Timeout == nil {
+		return badRequest("timeout (seconds) is required")
+	}
+	id := r.PathValue("id")
+	if _, err := s.visible(r.Context(), p, id); err != nil {
+		return err
+	}
+	if _, err := s.svc.SetSandboxTimeout(r.Context(), p, id, time.Duration(*req.Timeout)*time.Second, false); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *server) refresh(w http.ResponseWriter, r *http.Request, p service.Principal) error {
+	var req struct {
+		Duration *int `json:"duration"`
+	}
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	d := DefaultTimeout
+	if req.Duration != nil {
+		d = *req.Duration
+	}
+	id := r.PathValue("id")
+	if _, err := s.visible(r.Context(), p, id); err != nil {
+		return err
+	}
+	if _, err := s.svc.SetSandboxTimeout(r.Context(), p, id, time.Duration(d)*time.Second, true); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *server) pause(w http.ResponseWriter, r *http.Request, p service.Principal) error {
+	id := r.PathValue("id")
+	sb, err := s.visible(r.Context(), p, id)
+	if err != nil {
+		return err
+	}
+	if e2bState(sb) == "paused" {
+		return model.Errorf(model.ErrConflict, "sandbox %s is already paused", id)
+	}
+	if err := s.suspend(r.Context(), p, id); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// suspend suspends the sandbox (E2B pause) and waits until it is.
+func (s *server) suspend(ctx context.Context, p service.Principal, id string) error {
+	op, err := s.svc.SuspendSandbox(ctx, p, id)
+	if err != nil {
+		return err
+	}
+	_, err = s.waitOp(ctx, p, op, "pause")
+	return err
+}
+
+// wake brings a paused (frozen) or suspended sandbox back and waits until
+// it runs.
+func (s *server) wake(ctx context.Context, p service.Principal, sb model.Sandbox) (model.Sandbox, error) {
+	resume := s.svc.WakeSandbox
+	if sb.State == model.StatePaused {
+		resume = s.svc.ResumeSandbox
+	}
+	op, err := resume(ctx, p, sb.ID)
+	if err != nil {
+		return model.Sandbox{}, err
+	}
+	return s.waitOp(ctx, p, op, "resume")
+}
+
+// waitSettled waits for a sandbox that is starting, waking or suspending
+// to settle.
+func (s *server) waitSettled(ctx context.Context, p service.Principal, sb model.Sandbox) (model.Sandbox, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.createWait)
+	defer cancel()
+	for sb.State == model.StatePending || sb.State == model.StateStarting || sb.State == model.StateWaking || sb.State == model.StateSuspending {
+		changed := s.svc.EventsChanged()
+		select {
+		case <-changed:
+		case <-time.After(500 * time.Millisecond):
+		case <-ctx.Done():
+			return model.Sandbox{}, model.Errorf(model.ErrUnavailable, "sandbox %s is still %s; retry", sb.ID, sb.State)
+		}
+		var err error
+		if sb, err = s.visible(ctx, p, sb.ID); err != nil {
+			return model.Sandbox{}, err
+		}
+	}
+	return sb, nil
+}
+
+func (s *server) connect(w http.ResponseWriter, r *http.Request, p service.Principal) error {
+	return s.connectOrResume(w, r, p, false)
+}
+
+func (s *server) resume(w http.ResponseWriter, r *http.Request, p service.Principal) error {
+	return s.connectOrResume(w, r, p, true)
+}
+
+// connectOrResume answers connect (200 running, 201 resumed) and the
+// deprecated resume (201 resumed, 409 when already running).
+func (s *server) connectOrResume(w http.ResponseWriter, r *http.Request, p service.Principal, resumeOnly bool) error {
+	var req struct {
+		Timeout *int `json:"timeout"`
+	}
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	id := r.PathValue("id")
+	sb, err := s.visible(r.Context(), p, id)
+	if err != nil {
+		if errors.Is(err, model.ErrNotFound) {
+			return model.Errorf(model.ErrNotFound, "paused sandbox %s not found", id)
+		}
+		return err
+	}
+	if sb, err = s.waitSettled(r.Context(), p, sb); err != nil {
+		return err
+	}
+	status := http.StatusOK
+	if e2bState(sb) == "paused" {
+		if sb, err = s.wake(r.Context(), p, sb); err != nil {
+			return err
+		}
+		status = http.StatusCreated
+	} else if resumeOnly {
+		return model.Errorf(model.ErrConflict, "sandbox %s is already running", id)
+	}
+	// The TTL is measured from now: a resumed sandbox gets it afresh, a
+	// running one only has it extended (E2B's default is 300 s). A sandbox
+	// without expiry (a native one) keeps none, except one that autoPause
+	// suspended (the reaper cleared its expiry).
+	timeout := DefaultTimeout
+	if req.Timeout != nil && *req.Timeout > 0 {
+		timeout = *req.Timeout
+	}
+	if sb.ExpiresAt != nil || sb.Metadata[metaOnTimeout] == "pause" && status == http.StatusCreated {
+		if sb, err = s.svc.SetSandboxTimeout(r.Context(), p, id, time.Duration(timeout)*time.Second, status == http.StatusOK); err != nil {
+			return err
+		}
+	}
+	out, err := s.sandboxOut(r.Context(), sb)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, status, out)
+	return nil
+}
+
+func (s *server) metrics(w http.ResponseWriter, r *http.Request, p service.Principal) error {
+	sb, err := s.visible(r.Context(), p, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	out := []sandboxMetric{}
+	if sb.State == model.StateRunning && s.envdGet != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		defer cancel()
+		var m struct {
+			TS         int64   `json:"ts"`
+			CPUCount   int     `json:"cpu_count"`
+			CPUUsedPct float64 `json:"cpu_used_pct"`
+			MemTotal   int64   `json:"mem_total"`
+			MemUsed    int64   `json:"mem_used"`
+			MemCache   int64   `json:"mem_cache"`
+			DiskUsed   int64   `json:"disk_used"`
+			DiskTotal  int64   `json:"disk_total"`
+		}
+		if body, err := s.envdGet(ctx, sb, "/metrics"); err != nil {
+			s.log.Debug("envd metrics unavailable", "sandbox", sb.ID, "err", err)
+		} else if err := json.Unmarshal(body, &m); err != nil {
+			s.log.Debug("envd metrics undecodable", "sandbox", sb.ID, "err", err)
+		} else {
+			ts := time.Now().UTC()
+			if m.TS > 0 {
+				ts = time.Unix(m.TS, 0).UTC()
+			}
+			if m.CPUCount == 0 {
+				m.CPUCount = sb.Resources.VCPUs
+			}
+			out = append(out, sandboxMetric{
+				Timestamp: ts.Format(time.RFC3339), TimestampUnix: ts.Unix(), CPUCount: m.CPUCount,
+				CPUUsedPct: m.CPUUsedPct, MemUsed: m.MemUsed, MemTotal: m.MemTotal, MemCache: m.MemCache,
+				DiskUsed: m.DiskUsed, DiskTotal: m.DiskTotal,
+			})
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *server) metricsMany(w http.ResponseWriter, r *http.Request, p service.Principal) error {
+	return notSupported("metrics of several sandboxes at once are not supported by Airlock; ask each sandbox")
+}
+
+func (s *server) logs(w http.ResponseWriter, r *http.Request, p service.Principal) error {
+	if _, err := s.visible(r.Context(), p, r.PathValue("id")); err != nil {
+		return err
+	}
+	// Airlock keeps no sandbox-level log; command output lives with each
+	// command.
+	writeJSON(w, http.StatusOK, map[string]any{"logs": []any{}, "logEntries": []any{}})
+	return nil
+}

@@ -1,0 +1,402 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/airlock/airlock/internal/api/apitypes"
+	"github.com/airlock/airlock/internal/events"
+	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/store"
+)
+
+// PauseSandbox freezes a running sandbox (memory stays resident on its
+// worker) and returns the pause operation.
+func (s *Service) PauseSandbox(ctx context.Context, p Principal, id string) (model.Operation, error) {
+	return s.lifecycle(ctx, p, id, model.OpPause)
+}
+
+// ResumeSandbox continues a paused sandbox and returns the resume operation.
+func (s *Service) ResumeSandbox(ctx context.Context, p Principal, id string) (model.Operation, error) {
+	return s.lifecycle(ctx, p, id, model.OpResume)
+}
+
+// SuspendSandbox writes a running or paused sandbox to a snapshot and
+// releases its runtime; it returns the suspend operation.
+func (s *Service) SuspendSandbox(ctx context.Context, p Principal, id string) (model.Operation, error) {
+	return s.lifecycle(ctx, p, id, model.OpSuspend)
+}
+
+// WakeSandbox restores a suspended sandbox, or resumes a paused one, and
+// returns the wake operation.
+func (s *Service) WakeSandbox(ctx context.Context, p Principal, id string) (model.Operation, error) {
+	return s.lifecycle(ctx, p, id, model.OpWake)
+}
+
+// EnsureRunning makes sure the sandbox is running or on its way there: a
+// paused or suspended sandbox is woken (an open wake, resume or create is
+// joined), a running one returns the operation that got it there. It does
+// not wait; the caller waits for the returned operation. Adapters that
+// connect to a sandbox (E2B connect) use it; auto_wake=false is not
+// consulted, since the caller asked explicitly.
+func (s *Service) EnsureRunning(ctx context.Context, p Principal, id string) (model.Operation, error) {
+	if _, err := s.GetSandbox(ctx, p, id); err != nil {
+		return model.Operation{}, err
+	}
+	op, started, err := StartLifecycle(ctx, s.Store, s.Events, LifecycleRequest{
+		SandboxID: id, Kind: model.OpWake, Join: true, Now: s.now(), Deadline: s.deadline(),
+	})
+	if err != nil {
+		return model.Operation{}, err
+	}
+	s.touch(ctx, id)
+	if started {
+		s.kick()
+	}
+	return op, nil
+}
+
+func (s *Service) lifecycle(ctx context.Context, p Principal, id string, kind model.OperationKind) (model.Operation, error) {
+	if _, err := s.GetSandbox(ctx, p, id); err != nil {
+		return model.Operation{}, err
+	}
+	op, started, err := StartLifecycle(ctx, s.Store, s.Events, LifecycleRequest{
+		SandboxID: id, Kind: kind, Now: s.now(), Deadline: s.deadline(),
+	})
+	if err != nil {
+		return model.Operation{}, err
+	}
+	s.touch(ctx, id) // API activity: the idle clock restarts
+	if started {
+		s.kick()
+	}
+	return op, nil
+}
+
+// autoWake starts waking sb for a data-plane request (or joins the wake
+// already under way), unless sb opted out of auto-wake.
+func (s *Service) autoWake(ctx context.Context, sb model.Sandbox, what string) error {
+	if sb.NoAutoWake {
+		return model.Errorf(model.ErrConflict, "sandbox %s is %s and was created with auto_wake=false; wake it first (POST /v1/sandboxes/%s/wake or `airlock sandbox wake %s`), then retry the %s",
+			sb.ID, sb.State, sb.ID, sb.ID, what)
+	}
+	_, started, err := StartLifecycle(ctx, s.Store, s.Events, LifecycleRequest{
+		SandboxID: sb.ID, Kind: model.OpWake, Join: true, Now: s.now(), Deadline: s.deadline(),
+		Reason: "auto-wake for " + what,
+	})
+	if err != nil {
+		return err
+	}
+	if started {
+		s.kick()
+	}
+	return nil
+}
+
+// LifecycleRequest asks StartLifecycle for one transition.
+type LifecycleRequest struct {
+	SandboxID string
+	// Kind is pause, resume, suspend or wake.
+	Kind model.OperationKind
+	// Reason is recorded on a new operation (e.g. "idle for 6h0m0s").
+	Reason string
+	// Join makes a wake succeed whenever the sandbox is running or on its
+	// way there: it returns the open operation that gets it there (whatever
+	// its kind), or the last one that did. Data-plane wake-ups use it.
+	Join bool
+	// RespectNoAutoWake refuses (ErrConflict) when the sandbox opted out of
+	// auto-wake. Data-plane wake-ups use it.
+	RespectNoAutoWake bool
+	// Guard, when set, is called with the sandbox as read before the write;
+	// an error cancels the request (e.g. the idle check of auto-suspend).
+	Guard func(model.Sandbox) error
+	// Now and Deadline date the operation (Deadline 0:
+	// model.DefaultOperationDeadline).
+	Now      time.Time
+	Deadline time.Duration
+}
+
+// lifecycleKinds are the operations of which a sandbox has at most one open.
+var lifecycleKinds = []model.OperationKind{model.OpCreate, model.OpPause, model.OpResume, model.OpSuspend, model.OpWake,
+	model.OpCheckpoint, model.OpRollback, model.OpFork}
+
+// StartLifecycle sets the sandbox's desired state for req.Kind and records
+// the operation that tracks it, in one guarded write, and appends the
+// events; the caller kicks the controllers when started is true. Concurrent
+// requests are serialized by the store's compare-and-set: a sandbox has at
+// most one open lifecycle operation, so a second, different request gets
+// model.ErrConflict naming the one in progress, and a repeat of the same
+// request returns the open operation (started=false). Illegal transitions
+// are model.ErrConflict saying why; an unknown sandbox model.ErrNotFound.
+//
+// It is transport-free and needs no principal (the caller authorizes):
+// the service, the controller (idle auto-suspend, worker wake requests) and
+// the E2B adapter share it.
+func StartLifecycle(ctx context.Context, st store.Store, ev *events.Log, req LifecycleRequest) (model.Operation, bool, error) {
+	target, ok := lifecycleTarget(req.Kind)
+	if !ok {
+		return model.Operation{}, false, model.Errorf(model.ErrInvalid, "%q is not a lifecycle operation", req.Kind)
+	}
+	if req.Now.IsZero() {
+		req.Now = time.Now().UTC()
+	}
+	if req.Deadline <= 0 {
+		req.Deadline = model.DefaultOperationDeadline
+	}
+	id := req.SandboxID
+	for range maxUpdateRetries {
+		sb, err := st.GetSandbox(ctx, id)
+		if errors.Is(err, model.ErrNotFound) {
+			return model.Operation{}, false, model.Errorf(model.ErrNotFound, "sandbox %s not found", id)
+		}
+		if err != nil {
+			return model.Operation{}, false, fmt.Errorf("%s sandbox %s: get: %w", req.Kind, id, err)
+		}
+		ops, err := st.ListOperations(ctx, store.OperationFilter{SandboxID: id})
+		if err != nil {
+			return model.Operation{}, false, fmt.Errorf("%s sandbox %s: list operations: %w", req.Kind, id, err)
+		}
+		if req.RespectNoAutoWake && sb.NoAutoWake {
+			return model.Operation{}, false, model.Errorf(model.ErrConflict, "sandbox %s is %s and was created with auto_wake=false; wake it with POST /v1/sandboxes/%s/wake", id, sb.State, id)
+		}
+		if op, done, err := checkLifecycle(sb, ops, req, target); done || err != nil {
+			return op, false, err
+		}
+		if req.Guard != nil {
+			if err := req.Guard(sb); err != nil {
+				return model.Operation{}, false, err
+			}
+		}
+		nsb := sb
+		nsb.DesiredState = target
+		op := model.Operation{
+			ID: NewID("op"), OrgID: sb.OrgID, SandboxID: id, Kind: req.Kind, State: model.OpPending,
+			Target: target, Reason: req.Reason, CreatedAt: req.Now, UpdatedAt: req.Now, Deadline: req.Now.Add(req.Deadline),
+		}
+		nsb, op, err = st.UpdateSandboxCreateOperation(ctx, nsb, op)
+		if errors.Is(err, model.ErrConflict) {
+			continue // someone else wrote; re-read and decide again
+		}
+		if err != nil {
+			return model.Operation{}, false, fmt.Errorf("%s sandbox %s: %w", req.Kind, id, err)
+		}
+		if ev != nil {
+			// Failures to append are not the request's: the write happened.
+			_ = ev.Sandbox(ctx, nsb)
+			_ = ev.Operation(ctx, op)
+		}
+		return op, true, nil
+	}
+	return model.Operation{}, false, model.Errorf(model.ErrConflict, "sandbox %s is changing too fast to %s; retry", id, req.Kind)
+}
+
+// lifecycleTarget is the desired state a lifecycle request sets.
+func lifecycleTarget(kind model.OperationKind) (model.SandboxState, bool) {
+	switch kind {
+	case model.OpPause:
+		return model.StatePaused, true
+	case model.OpResume, model.OpWake:
+		return model.StateRunning, true
+	case model.OpSuspend:
+		return model.StateSuspended, true
+	}
+	return "", false
+}
+
+// verb is how an error message names a request.
+func verb(kind model.OperationKind) string {
+	switch kind {
+	case model.OpPause:
+		return "pausing"
+	case model.OpResume:
+		return "resuming"
+	case model.OpSuspend:
+		return "suspending"
+	case model.OpWake:
+		return "waking"
+	}
+	return string(kind)
+}
+
+// checkLifecycle decides whether req may start on sb: an error (the 409 that
+// says why), an operation to return as is (done=true), or neither (write).
+func checkLifecycle(sb model.Sandbox, ops []model.Operation, req LifecycleRequest, target model.SandboxState) (model.Operation, bool, error) {
+	id := sb.ID
+	var open []model.Operation
+	for _, op := range ops {
+		if !op.State.Done() {
+			open = append(open, op)
+		}
+	}
+	switch {
+	case sb.State == model.StateDeleted:
+		return model.Operation{}, false, model.Errorf(model.ErrNotFound, "sandbox %s not found", id)
+	case sb.DesiredState == model.StateDeleted || sb.State == model.StateDeleting:
+		return model.Operation{}, false, model.Errorf(model.ErrConflict, "sandbox %s is being deleted", id)
+	case sb.State == model.StateFailed:
+		why := ""
+		if sb.Reason != "" {
+			why = " (" + sb.Reason + ")"
+		}
+		return model.Operation{}, false, model.Errorf(model.ErrConflict, "sandbox %s has failed%s; it can only be deleted", id, why)
+	}
+	for _, op := range open {
+		if !slices.Contains(lifecycleKinds, op.Kind) {
+			continue
+		}
+		if op.Kind == req.Kind || req.Join && op.Target == model.StateRunning {
+			return op, true, nil // the same request again, or a wake joining the way to running
+		}
+		return model.Operation{}, false, model.Errorf(model.ErrConflict, "sandbox %s has a %s operation %s in progress; wait for it (`airlock op wait %s`) and retry",
+			id, op.Kind, op.ID, id)
+	}
+	st := sb.State
+	if req.Join && req.Kind == model.OpWake && st == model.StateRunning && sb.DesiredState == model.StateRunning {
+		// Already running: the last operation that got it there answers.
+		for i := len(ops) - 1; i >= 0; i-- {
+			if ops[i].Target == model.StateRunning && ops[i].State == model.OpSucceeded {
+				return ops[i], true, nil
+			}
+		}
+	}
+	if sb.DesiredState != st && sb.DesiredState != "" {
+		// A transition without an operation is still converging (e.g. after
+		// a suspend that timed out): let it settle first.
+		return model.Operation{}, false, model.Errorf(model.ErrConflict, "sandbox %s is %s and on its way to %s; wait for it (`airlock op wait %s`) and retry",
+			id, st, sb.DesiredState, id)
+	}
+	allowed := map[model.OperationKind][]model.SandboxState{
+		model.OpPause:   {model.StateRunning},
+		model.OpResume:  {model.StatePaused},
+		model.OpSuspend: {model.StateRunning, model.StatePaused},
+		model.OpWake:    {model.StateSuspended, model.StatePaused},
+	}[req.Kind]
+	if slices.Contains(allowed, st) {
+		return model.Operation{}, false, nil
+	}
+	hint := ""
+	switch {
+	case st == model.StatePending || st == model.StateStarting:
+		hint = "; wait until it is running (`airlock op wait " + id + "`)"
+	case st == model.StateSuspended && (req.Kind == model.OpPause || req.Kind == model.OpResume):
+		hint = "; wake it instead of " + verb(req.Kind)
+	case st == model.StateSuspending || st == model.StateWaking:
+		hint = "; wait for it to finish (`airlock op wait " + id + "`)"
+	case st == model.StateRunning && req.Kind == model.OpWake:
+		hint = "; there is nothing to wake"
+	case st == model.StateRunning && req.Kind == model.OpResume:
+		hint = "; there is nothing to resume"
+	}
+	if st == target {
+		return model.Operation{}, false, model.Errorf(model.ErrConflict, "sandbox %s is already %s%s", id, st, hint)
+	}
+	return model.Operation{}, false, model.Errorf(model.ErrConflict, "sandbox %s is %s; %s needs a %s sandbox%s",
+		id, st, verb(req.Kind), joinStates(allowed), hint)
+}
+
+func joinStates(states []model.SandboxState) string {
+	s := make([]string, len(states))
+	for i, st := range states {
+		s[i] = string(st)
+	}
+	return strings.Join(s, " or ")
+}
+
+// IdleFor is the reason idle auto-suspend records on its operations.
+func IdleFor(d time.Duration) string {
+	return "idle for " + d.Round(time.Second).String()
+}
+
+// MaxIdleSuspend bounds idle_suspend_after_s.
+const MaxIdleSuspend = 365 * 24 * time.Hour
+
+// idleSuspend resolves a create request's idle setting: the request's, else
+// the org's, else model.DefaultIdleSuspend (seconds; 0 disables).
+func (s *Service) idleSuspend(ctx context.Context, orgID string, req *int64) (int64, error) {
+	if req != nil {
+		if *req < 0 || *req > int64(MaxIdleSuspend/time.Second) {
+			return 0, model.Errorf(model.ErrUnprocessable, "idle_suspend_after_s is %d; it must be 0 (never) to %d", *req, int64(MaxIdleSuspend/time.Second))
+		}
+		return *req, nil
+	}
+	org, err := s.Store.GetOrg(ctx, orgID)
+	if err != nil && !errors.Is(err, model.ErrNotFound) {
+		return 0, fmt.Errorf("get org %s: %w", orgID, err)
+	}
+	if err == nil && org.IdleSuspendS != nil {
+		return *org.IdleSuspendS, nil
+	}
+	return int64(model.DefaultIdleSuspend / time.Second), nil
+}
+
+// KnownFeatures are the feature gates an org may have.
+var KnownFeatures = []string{model.FeatureSnapshots}
+
+// GetOrg returns an org to its members and to operators.
+func (s *Service) GetOrg(ctx context.Context, p Principal, id string) (model.Org, error) {
+	if p.OrgID != id && !p.Operator() {
+		return model.Org{}, model.Errorf(model.ErrNotFound, "org %s not found", id)
+	}
+	org, err := s.Store.GetOrg(ctx, id)
+	if errors.Is(err, model.ErrNotFound) {
+		return model.Org{}, model.Errorf(model.ErrNotFound, "org %s not found", id)
+	}
+	if err != nil {
+		return model.Org{}, fmt.Errorf("get org %s: %w", id, err)
+	}
+	return org, nil
+}
+
+// UpdateOrg changes an org's settings. Feature gates are set by operators
+// (admin keys of the default org); the idle setting by the org's admins
+// too.
+func (s *Service) UpdateOrg(ctx context.Context, p Principal, id string, req apitypes.UpdateOrgRequest) (model.Org, error) {
+	if !p.Admin || (p.OrgID != id && !p.Operator()) {
+		return model.Org{}, model.Errorf(model.ErrForbidden, "changing org %s needs an admin key of that org", id)
+	}
+	if req.Features != nil && !p.Operator() {
+		return model.Org{}, model.Errorf(model.ErrForbidden, "feature gates are set by admins of the %q org", DefaultOrgName)
+	}
+	org, err := s.GetOrg(ctx, p, id)
+	if err != nil {
+		return model.Org{}, err
+	}
+	if req.Features != nil {
+		var fs []string
+		for _, f := range *req.Features {
+			f = strings.TrimSpace(f)
+			if f == "" {
+				continue
+			}
+			if !slices.Contains(KnownFeatures, f) {
+				return model.Org{}, model.Errorf(model.ErrUnprocessable, "unknown feature %q; known features: %s", f, strings.Join(KnownFeatures, ", "))
+			}
+			if !slices.Contains(fs, f) {
+				fs = append(fs, f)
+			}
+		}
+		slices.Sort(fs)
+		org.Features = fs
+	}
+	if req.IdleSuspendAfterS != nil {
+		switch v := *req.IdleSuspendAfterS; {
+		case v == -1:
+			org.IdleSuspendS = nil
+		case v < 0 || v > int64(MaxIdleSuspend/time.Second):
+			return model.Org{}, model.Errorf(model.ErrUnprocessable, "idle_suspend_after_s is %d; it must be 0 (never) to %d, or -1 for the default", v, int64(MaxIdleSuspend/time.Second))
+		default:
+			org.IdleSuspendS = &v
+		}
+	}
+	if err := s.Store.UpdateOrg(ctx, org); err != nil {
+		return model.Org{}, fmt.Errorf("update org %s: %w", id, err)
+	}
+	return org, nil
+}
+
+// HasFeature reports whether the org has the feature gate on.
+func HasFeature(org model.Org, feature string) bool { return slices.Contains(org.Features, feature) }

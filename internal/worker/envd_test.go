@@ -1,0 +1,174 @@
+package worker
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/airlock/airlock/internal/token"
+)
+
+// TestE2BRoute drives the worker's /e2b route against a real agent on the
+// host: token checks, envd health and a streamed Connect call, the 502 for
+// an unknown sandbox, and a user port proxied into the sandbox.
+func TestE2BRoute(t *testing.T) {
+	e := newHostEnv(t)
+	base := strings.TrimRight(e.tw.w.DataPlaneURL(), "/") + "/e2b/"
+	good := e.srv.sign(t, token.Claims{SandboxID: e.sid, Scope: token.ScopeEnvd})
+	do := func(method, path, tok string, body io.Reader, hdr ...string) *http.Response {
+		t.Helper()
+		req, err := http.NewRequestWithContext(testContext(t), method, base+path, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tok != "" {
+			req.Header.Set(e2bTokenHeader, tok)
+		}
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+
+	for _, tc := range []struct {
+		name, tok string
+	}{
+		{"no token", ""},
+		{"files scope", e.srv.sign(t, token.Claims{SandboxID: e.sid, Scope: token.ScopeFiles})},
+		{"other sandbox", e.srv.sign(t, token.Claims{SandboxID: "sbx-other", Scope: token.ScopeEnvd})},
+	} {
+		if resp := do("GET", e.sid+"/49983/health", tc.tok, nil); resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("%s: status %d; want 401", tc.name, resp.StatusCode)
+		}
+	}
+
+	other := e.srv.sign(t, token.Claims{SandboxID: "sbx-missing", Scope: token.ScopeEnvd})
+	resp := do("GET", "sbx-missing/49983/health", other, nil)
+	var se struct {
+		SandboxID string `json:"sandboxId"`
+		Code      int    `json:"code"`
+	}
+	json.NewDecoder(resp.Body).Decode(&se)
+	if resp.StatusCode != http.StatusBadGateway || se.Code != 502 || se.SandboxID != "sbx-missing" {
+		t.Fatalf("unknown sandbox: %d %+v; want 502 with sandboxId", resp.StatusCode, se)
+	}
+
+	if resp := do("POST", e.sid+"/49983/init", good, strings.NewReader("{}")); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("/init from outside: %d; want 404", resp.StatusCode)
+	}
+
+	resp = do("GET", e.sid+"/49983/health", good, nil)
+	if resp.StatusCode/100 != 2 {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("envd health: %d %s", resp.StatusCode, b)
+	}
+
+	// A Connect server stream: Start a process, read its events.
+	msg, _ := json.Marshal(map[string]any{"process": map[string]any{"cmd": "/bin/sh", "args": []string{"-c", "echo hello-e2b"}}})
+	var env bytes.Buffer
+	env.WriteByte(0)
+	binary.Write(&env, binary.BigEndian, uint32(len(msg)))
+	env.Write(msg)
+	resp = do("POST", e.sid+"/49983/process.Process/Start", good, &env,
+		"Content-Type", "application/connect+json", "Connect-Protocol-Version", "1", "Authorization", "Basic cm9vdDo=") // root:
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("Start: %d %s", resp.StatusCode, b)
+	}
+	var events []string
+	br := bufio.NewReader(resp.Body)
+	for {
+		var hdr [5]byte
+		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+			t.Fatalf("read envelope: %v (events so far %v)", err, events)
+		}
+		body := make([]byte, binary.BigEndian.Uint32(hdr[1:]))
+		if _, err := io.ReadFull(br, body); err != nil {
+			t.Fatal(err)
+		}
+		if hdr[0]&2 != 0 {
+			if string(body) != "{}" {
+				t.Fatalf("end of stream: %s", body)
+			}
+			break
+		}
+		events = append(events, string(body))
+	}
+	all := strings.Join(events, "\n")
+	if !strings.Contains(events[0], `"start"`) || !strings.Contains(all, "aGVsbG8tZTJi") /* base64 "hello-e2b" */ || !strings.Contains(all, `"end"`) {
+		t.Fatalf("events = %v; want start, stdout hello-e2b, end", events)
+	}
+
+	// A user port: a TCP listener on the host (the host agent's sandbox is
+	// the host) answering one HTTP request.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "port says %s %s", r.Method, r.URL.RequestURI())
+	}))
+	port := ln.Addr().(*net.TCPAddr).Port
+	resp = do("GET", fmt.Sprintf("%s/%d/some/page?x=1", e.sid, port), good, nil)
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || string(b) != "port says GET /some/page?x=1" {
+		t.Fatalf("user port: %d %q", resp.StatusCode, b)
+	}
+
+	// An upgrade (as a WebSocket would): a raw TCP server on the host that
+	// answers 101 and then echoes, reached through the route.
+	up, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	gotPath := make(chan string, 1)
+	go func() {
+		c, err := up.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		gotPath <- req.URL.RequestURI() + " " + req.Header.Get("Upgrade")
+		io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+		io.Copy(c, br)
+	}()
+	dp := strings.TrimPrefix(e.tw.w.DataPlaneURL(), "http://")
+	c, err := net.Dial("tcp", dp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET /e2b/%s/%d/ws?room=1 HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n%s: %s\r\n\r\n",
+		e.sid, up.Addr().(*net.TCPAddr).Port, e2bTokenHeader, good)
+	cr := bufio.NewReader(c)
+	uresp, err := http.ReadResponse(cr, nil)
+	if err != nil || uresp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade answer: %v %v", uresp, err)
+	}
+	if p := <-gotPath; p != "/ws?room=1 echo" {
+		t.Fatalf("the port got %q; want the request path and Upgrade header", p)
+	}
+	io.WriteString(c, "ping\n")
+	if line, err := cr.ReadString('\n'); err != nil || line != "ping\n" {
+		t.Fatalf("echo through the tunnel: %q %v", line, err)
+	}
+}
