@@ -22,9 +22,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,10 +51,27 @@ const (
 // envdInits remembers which agent clients got /envd/init, per sandbox.
 type envdInits struct {
 	mu   sync.Mutex
-	done map[string]*agentclient.Client
+	done map[string]envdInit
 }
 
-var e2bInits = &envdInits{done: map[string]*agentclient.Client{}}
+// envdInit is what /envd/init last delivered to a sandbox: for which agent
+// connection and with which env (a warm-pool claim changes the env).
+type envdInit struct {
+	ac  *agentclient.Client
+	env string
+}
+
+var e2bInits = &envdInits{done: map[string]envdInit{}}
+
+// envKey is a stable fingerprint of env.
+func envKey(env map[string]string) string {
+	keys := slices.Sorted(maps.Keys(env))
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%q=%q;", k, env[k])
+	}
+	return b.String()
+}
 
 // registerE2B adds the E2B route to the data-plane mux.
 func (w *Worker) registerE2B(mux *http.ServeMux) {
@@ -135,8 +154,9 @@ func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { retur
 // agent without envd (404) is remembered as done too: its requests then
 // fail on their own.
 func (e *envdInits) ensure(ctx context.Context, sid string, ac *agentclient.Client, env map[string]string) error {
+	want := envdInit{ac: ac, env: envKey(env)}
 	e.mu.Lock()
-	done := e.done[sid] == ac
+	done := e.done[sid] == want
 	e.mu.Unlock()
 	if done {
 		return nil
@@ -158,7 +178,7 @@ func (e *envdInits) ensure(ctx context.Context, sid string, ac *agentclient.Clie
 	if len(e.done) > 4096 {
 		clear(e.done)
 	}
-	e.done[sid] = ac
+	e.done[sid] = want
 	e.mu.Unlock()
 	return nil
 }

@@ -573,9 +573,9 @@ func (w *Worker) reconcile(ctx context.Context, as []workerapi.Assignment) {
 			}
 		}
 		sb.spec = a.Sandbox
-		if sb.env == nil {
-			sb.env = a.Sandbox.Env
-		}
+		// Every assignment: a warm-pool claim changes the env of a running
+		// sandbox, and commands and envd must see the new one.
+		sb.env = a.Sandbox.Env
 		if sb.busy || sb.state == model.StateDeleted {
 			continue
 		}
