@@ -40,6 +40,13 @@ func TestQEMUSandbox(t *testing.T) {
 	if !strings.Contains(r.stdout, "cloud-amd64") {
 		t.Fatalf("guest kernel %q, want the Debian cloud kernel", r.stdout)
 	}
+	// virtio-net on a tap in the sandbox's own network namespace.
+	if r := sh(t, c, sb.ID, "cat /sys/class/net/eth0/address"); strings.TrimSpace(r.stdout) == "" {
+		t.Errorf("guest has no virtio-net eth0: %+v", r)
+	}
+	if out, err := exec.Command("ip", "-n", "airlock-"+sb.ID, "link", "show", "tap0").CombinedOutput(); err != nil {
+		t.Errorf("no tap0 in the sandbox's netns: %v: %s", err, out)
+	}
 	f, err := c.Files(ctx, sb.ID)
 	if err != nil {
 		t.Fatal(err)

@@ -156,6 +156,13 @@ type state struct {
 func (d *Driver) dir(id string) string { return filepath.Join(d.cfg.RunDir, id) }
 func netnsName(id string) string       { return "airlock-" + id }
 
+// The tap in each sandbox's own netns, and the guest NIC's MAC: the same in
+// every sandbox (each has its own namespace), so snapshots restore anywhere.
+const (
+	tapName  = "tap0"
+	guestMAC = "52:54:00:a1:70:01"
+)
+
 func validID(id string) error {
 	if id == "" || len(id) > 64 || strings.ContainsAny(id, "/ \t\n.") {
 		return fmt.Errorf("sandbox id %q: %w", id, model.ErrInvalid)
@@ -394,8 +401,16 @@ func (d *Driver) boot(ctx context.Context, st state, snapshot string) (*sandbox,
 	if out, err := exec.CommandContext(ctx, "ip", "netns", "add", ns).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("ip netns add %s: %w: %s", ns, err, bytes.TrimSpace(out))
 	}
-	if out, err := exec.CommandContext(ctx, "ip", "-n", ns, "link", "set", "lo", "up").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("ip -n %s link set lo up: %w: %s", ns, err, bytes.TrimSpace(out))
+	// lo, and the tap behind the guest's virtio-net (eth0). Nothing is
+	// routed beyond the namespace yet: egress policy will attach here.
+	for _, c := range [][]string{
+		{"-n", ns, "link", "set", "lo", "up"},
+		{"-n", ns, "tuntap", "add", "dev", tapName, "mode", "tap"},
+		{"-n", ns, "link", "set", tapName, "up"},
+	} {
+		if out, err := exec.CommandContext(ctx, "ip", c...).CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("ip %s: %w: %s", strings.Join(c, " "), err, bytes.TrimSpace(out))
+		}
 	}
 	args := append([]string{"netns", "exec", ns, d.cfg.Assets.QEMU}, d.qemuArgs(st, dir)...)
 	if snapshot != "" {
@@ -443,6 +458,8 @@ func (d *Driver) qemuArgs(st state, dir string) []string {
 		"-device", "virtio-blk-device,drive=tmpl,serial="+agent.VMTemplateSerial,
 		"-drive", "id=disk,file="+p("disk.ext4")+",format=raw,if=none,discard=unmap",
 		"-device", "virtio-blk-device,drive=disk,serial="+agent.VMDiskSerial,
+		"-netdev", "tap,id=net0,ifname="+tapName+",script=no,downscript=no",
+		"-device", "virtio-net-device,netdev=net0,mac="+guestMAC,
 		"-device", "virtio-serial-device,max_ports=2",
 		"-chardev", "socket,id=agent,path="+p("agent.sock")+",server=on,wait=off",
 		"-device", "virtserialport,chardev=agent,name="+agent.VMPortName,
