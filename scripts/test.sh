@@ -32,5 +32,11 @@ trap cleanup EXIT
 export AIRLOCK_TEST_POSTGRES_URL="postgres://airlock@127.0.0.1:$port/postgres?sslmode=disable"
 echo "test: PostgreSQL $("$pgbin/postgres" --version | awk '{print $3}') on 127.0.0.1:$port"
 
+# Root's login shell on some machines runs `pyenv rehash`, which waits up to a minute on a
+# lock file; a login shell killed mid-rehash leaves the lock behind and every later `bash -l`
+# stalls. Host-side agent tests start `bash -l` (as the E2B SDK does), so clear a stale lock.
+lock="${HOME:-/root}/.pyenv/shims/.pyenv-shim"
+if [ -e "$lock" ] && ! pgrep -f pyenv-rehash >/dev/null; then rm -f "$lock"; fi
+
 go vet ./...
 go test -count=1 -timeout 60m "$@" ./...
