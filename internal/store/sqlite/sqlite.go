@@ -434,6 +434,29 @@ func sandboxJSON(sb model.Sandbox) (env, meta, res string, err error) {
 	return
 }
 
+// idempotent looks up an Idempotency-Key inside tx and, when the org has
+// used it before, returns the sandbox and operation it created then.
+func idempotent(ctx context.Context, tx *sql.Tx, step, orgID, key string) (model.Sandbox, model.Operation, bool, error) {
+	var sbID, opID string
+	err := tx.QueryRowContext(ctx, `SELECT sandbox_id, operation_id FROM idempotency_keys
+		WHERE org_id = ? AND key = ?`, orgID, key).Scan(&sbID, &opID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return model.Sandbox{}, model.Operation{}, false, nil
+	}
+	if err != nil {
+		return model.Sandbox{}, model.Operation{}, false, classify(step+": read idempotency key", err)
+	}
+	sb, err := scanSandbox(tx.QueryRowContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE id = ?`, sbID))
+	if err != nil {
+		return model.Sandbox{}, model.Operation{}, false, classify(step+": read idempotent sandbox "+sbID, err)
+	}
+	op, err := scanOperation(tx.QueryRowContext(ctx, `SELECT `+operationCols+` FROM operations WHERE id = ?`, opID))
+	if err != nil {
+		return model.Sandbox{}, model.Operation{}, false, classify(step+": read idempotent operation "+opID, err)
+	}
+	return sb, op, true, nil
+}
+
 // CreateSandbox inserts the sandbox, its first operation and the
 // idempotency key mapping in one transaction.
 func (s *Store) CreateSandbox(ctx context.Context, sb model.Sandbox, op model.Operation, idempotencyKey string) (model.Sandbox, model.Operation, bool, error) {
@@ -442,21 +465,9 @@ func (s *Store) CreateSandbox(ctx context.Context, sb model.Sandbox, op model.Op
 	var existed bool
 	err := s.inTx(ctx, "create sandbox "+sb.ID, func(tx *sql.Tx) error {
 		if idempotencyKey != "" {
-			var sbID, opID string
-			err := tx.QueryRowContext(ctx, `SELECT sandbox_id, operation_id FROM idempotency_keys
-				WHERE org_id = ? AND key = ?`, sb.OrgID, idempotencyKey).Scan(&sbID, &opID)
-			switch {
-			case err == nil:
-				existed = true
-				if outSB, err = scanSandbox(tx.QueryRowContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE id = ?`, sbID)); err != nil {
-					return classify("create sandbox: read idempotent sandbox "+sbID, err)
-				}
-				if outOp, err = scanOperation(tx.QueryRowContext(ctx, `SELECT `+operationCols+` FROM operations WHERE id = ?`, opID)); err != nil {
-					return classify("create sandbox: read idempotent operation "+opID, err)
-				}
-				return nil
-			case !errors.Is(err, sql.ErrNoRows):
-				return classify("create sandbox: read idempotency key", err)
+			var err error
+			if outSB, outOp, existed, err = idempotent(ctx, tx, "create sandbox", sb.OrgID, idempotencyKey); err != nil || existed {
+				return err
 			}
 		}
 		env, meta, res, err := sandboxJSON(sb)
@@ -942,21 +953,9 @@ func (s *Store) ClaimSandbox(ctx context.Context, sb model.Sandbox, op model.Ope
 	var existed bool
 	err := s.inTx(ctx, "claim sandbox "+sb.ID, func(tx *sql.Tx) error {
 		if idempotencyKey != "" {
-			var sbID, opID string
-			err := tx.QueryRowContext(ctx, `SELECT sandbox_id, operation_id FROM idempotency_keys
-				WHERE org_id = ? AND key = ?`, sb.OrgID, idempotencyKey).Scan(&sbID, &opID)
-			switch {
-			case err == nil:
-				existed = true
-				if outSB, err = scanSandbox(tx.QueryRowContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE id = ?`, sbID)); err != nil {
-					return classify("claim sandbox: read idempotent sandbox "+sbID, err)
-				}
-				if outOp, err = scanOperation(tx.QueryRowContext(ctx, `SELECT `+operationCols+` FROM operations WHERE id = ?`, opID)); err != nil {
-					return classify("claim sandbox: read idempotent operation "+opID, err)
-				}
-				return nil
-			case !errors.Is(err, sql.ErrNoRows):
-				return classify("claim sandbox: read idempotency key", err)
+			var err error
+			if outSB, outOp, existed, err = idempotent(ctx, tx, "claim sandbox", sb.OrgID, idempotencyKey); err != nil || existed {
+				return err
 			}
 		}
 		res, err := tx.ExecContext(ctx, `UPDATE sandboxes SET org_id = ? WHERE id = ? AND generation = ? AND pool != ''`,
