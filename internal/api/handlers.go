@@ -1,6 +1,7 @@
 package api
 
 import (
+	"mime"
 	"net/http"
 	"strconv"
 	"strings"
@@ -12,9 +13,26 @@ import (
 )
 
 func (s *server) createSandbox(w http.ResponseWriter, r *http.Request, p service.Principal) error {
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "multipart/form-data" {
+		return s.importSandbox(w, r, p)
+	}
 	var req apitypes.CreateSandboxRequest
 	if err := decode(w, r, &req, true); err != nil {
 		return err
+	}
+	if req.FromCheckpoint != nil {
+		forks, err := s.svc.ForkSandboxes(r.Context(), p, req, r.Header.Get("Idempotency-Key"))
+		if err != nil {
+			return err
+		}
+		w.Header().Set("Location", "/v1/operations/"+forks[0].Operation.ID)
+		return writeJSON(w, http.StatusAccepted, apitypes.CreateSandboxResponse{Sandbox: forks[0].Sandbox, Operation: forks[0].Operation, Forks: forks})
+	}
+	if req.Import != "" {
+		return model.Errorf(model.ErrUnprocessable, "import needs a multipart/form-data request: a first part \"request\" with this JSON, then the part %q with the archive", req.Import)
+	}
+	if req.Count != 0 {
+		return model.Errorf(model.ErrUnprocessable, "count applies to forks; set from_checkpoint too")
 	}
 	sb, op, err := s.svc.CreateSandbox(r.Context(), p, req, r.Header.Get("Idempotency-Key"))
 	if err != nil {

@@ -71,6 +71,8 @@ type command struct {
 var commands = []*command{
 	sandboxCreateCmd, sandboxListCmd, sandboxGetCmd, sandboxRemoveCmd,
 	sandboxPauseCmd, sandboxResumeCmd, sandboxSuspendCmd, sandboxWakeCmd,
+	sandboxCheckpointCmd, sandboxCheckpointsCmd, sandboxRollbackCmd, sandboxForkCmd,
+	sandboxExportCmd, sandboxImportCmd,
 	execCmd, cpCmd,
 	opWaitCmd, opGetCmd,
 	templateListCmd,
@@ -359,11 +361,11 @@ func helpCommand(env *Env, args []string) error {
 func printHelp(w io.Writer) {
 	fmt.Fprintf(w, "airlock — self-hosted sandboxes for AI agents\n\nUsage: airlock [--url URL] [--api-key KEY] <command> [flags] [args]\n\nDaemons:\n")
 	for _, d := range daemonCommands {
-		fmt.Fprintf(w, "  %-18s %s\n", d.name, d.summary)
+		fmt.Fprintf(w, "  %-20s %s\n", d.name, d.summary)
 	}
 	fmt.Fprintf(w, "\nCommands:\n")
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-18s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-20s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintf(w, "\nConfiguration: $AIRLOCK_URL (default %s), $AIRLOCK_API_KEY (default: the key\n"+
 		"`airlock up` wrote to $AIRLOCK_DATA_DIR/admin.key, data dir default ~/.local/share/airlock).\n"+

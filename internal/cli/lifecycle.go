@@ -36,31 +36,37 @@ func lifecycleCmd(verb, summary string, call func(*client.Client, context.Contex
 				if err != nil {
 					return fmt.Errorf("%s sandbox %s: %w", verb, id, err)
 				}
-				var waitErr error
-				if !*noWait {
-					op, waitErr = waitOp(ctx, c, op)
-				}
-				sb, err := c.GetSandbox(ctx, id)
-				if err != nil {
-					return fmt.Errorf("get sandbox %s: %w", id, err)
-				}
-				switch {
-				case *asJSON:
-					if err := printJSON(r.stdout, createResult{Sandbox: sb, Operation: op}); err != nil {
-						return err
-					}
-				case *noWait:
-					fmt.Fprintln(r.stdout, op.ID)
-				case waitErr == nil:
-					printSandbox(r.stdout, sb)
-				}
-				if waitErr != nil {
-					return fmt.Errorf("sandbox %s: %w", id, waitErr)
-				}
-				return nil
+				return finishLifecycle(ctx, r, c, id, op, *noWait, *asJSON)
 			}
 		},
 	}
+}
+
+// finishLifecycle waits for a sandbox's operation op (unless noWait) and
+// prints the sandbox (plain), the operation id (noWait) or both as JSON.
+func finishLifecycle(ctx context.Context, r *runner, c *client.Client, id string, op model.Operation, noWait, asJSON bool) error {
+	var waitErr error
+	if !noWait {
+		op, waitErr = waitOp(ctx, c, op)
+	}
+	sb, err := c.GetSandbox(ctx, id)
+	if err != nil {
+		return fmt.Errorf("get sandbox %s: %w", id, err)
+	}
+	switch {
+	case asJSON:
+		if err := printJSON(r.stdout, createResult{Sandbox: sb, Operation: op}); err != nil {
+			return err
+		}
+	case noWait:
+		fmt.Fprintln(r.stdout, op.ID)
+	case waitErr == nil:
+		printSandbox(r.stdout, sb)
+	}
+	if waitErr != nil {
+		return fmt.Errorf("sandbox %s: %w", id, waitErr)
+	}
+	return nil
 }
 
 var (

@@ -66,10 +66,10 @@ func Settled(s model.SandboxState) bool {
 }
 
 // waitSandboxSettled polls the sandbox until no operation is in flight (its
-// state is running, paused or suspended and equals its desired state, or it
-// is deleted or failed); failed is an
-// error carrying the reason. The API has no per-sandbox operation list, so
-// the state is the signal.
+// state is running, paused or suspended and equals its desired state, and no
+// checkpoint or rollback task is pending, or it is deleted or failed);
+// failed is an error carrying the reason. The API has no per-sandbox
+// operation list, so the state (and the task) is the signal.
 func waitSandboxSettled(ctx context.Context, c *client.Client, id string, every time.Duration) (model.Sandbox, error) {
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -79,8 +79,9 @@ func waitSandboxSettled(ctx context.Context, c *client.Client, id string, every 
 			return model.Sandbox{}, fmt.Errorf("get sandbox %s: %w", id, err)
 		}
 		// Settled, and not about to move: a pause or suspend just accepted
-		// leaves the state running until the controller acts.
-		if Settled(sb.State) && (sb.State.Terminal() || sb.DesiredState == "" || sb.DesiredState == sb.State) {
+		// leaves the state running until the controller acts; a checkpoint
+		// or rollback (a Task) leaves it running or paused throughout.
+		if Settled(sb.State) && (sb.State.Terminal() || (sb.DesiredState == "" || sb.DesiredState == sb.State) && sb.Task == nil) {
 			if sb.State == model.StateFailed {
 				reason := sb.Reason
 				if reason == "" {

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -264,6 +265,13 @@ func printSandbox(w io.Writer, sb model.Sandbox) {
 			label = "Last snapshot"
 		}
 		row(label, snap)
+	}
+	if len(sb.Checkpoints) > 0 {
+		names := make([]string, len(sb.Checkpoints))
+		for i, cp := range sb.Checkpoints {
+			names[i] = cp.Name
+		}
+		row("Checkpoints", strings.Join(names, ", "))
 	}
 	if sb.ExpiresAt != nil {
 		row("Expires", stamp(*sb.ExpiresAt))

@@ -27,18 +27,20 @@ import (
 
 // Request and response shapes, shared with the server.
 type (
-	CreateSandboxRequest = apitypes.CreateSandboxRequest
-	CreateCommandRequest = apitypes.CreateCommandRequest
-	Command              = apitypes.CommandSession
-	FilesSession         = apitypes.FilesSession
-	SandboxFilter        = apitypes.SandboxFilter
-	SandboxPage          = apitypes.ListSandboxesResponse
-	CreateKeyRequest     = apitypes.CreateKeyRequest
-	CreateKeyResponse    = apitypes.CreateKeyResponse
-	UpdateOrgRequest     = apitypes.UpdateOrgRequest
-	Health               = apitypes.Health
-	SetPoolRequest       = apitypes.SetPoolRequest
-	Pool                 = apitypes.Pool
+	CreateSandboxRequest  = apitypes.CreateSandboxRequest
+	CreateSandboxResponse = apitypes.CreateSandboxResponse
+	CheckpointRef         = apitypes.CheckpointRef
+	CreateCommandRequest  = apitypes.CreateCommandRequest
+	Command               = apitypes.CommandSession
+	FilesSession          = apitypes.FilesSession
+	SandboxFilter         = apitypes.SandboxFilter
+	SandboxPage           = apitypes.ListSandboxesResponse
+	CreateKeyRequest      = apitypes.CreateKeyRequest
+	CreateKeyResponse     = apitypes.CreateKeyResponse
+	UpdateOrgRequest      = apitypes.UpdateOrgRequest
+	Health                = apitypes.Health
+	SetPoolRequest        = apitypes.SetPoolRequest
+	Pool                  = apitypes.Pool
 )
 
 // Client calls one Airlock server. Its fields may be changed before first use.
@@ -128,28 +130,18 @@ func (c *Client) do(ctx context.Context, method, path string, hdr http.Header, i
 		}
 		body = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.BaseURL, "/")+path, body)
-	if err != nil {
-		return fmt.Errorf("airlock: build %s %s: %w", method, path, err)
-	}
-	for k, v := range hdr {
-		req.Header[k] = v
-	}
 	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
+		hdr = hdr.Clone()
+		if hdr == nil {
+			hdr = http.Header{}
+		}
+		hdr.Set("Content-Type", "application/json")
 	}
-	req.Header.Set("Accept", "application/json")
-	if c.APIKey != "" {
-		req.Header.Set("Authorization", "Bearer "+c.APIKey)
-	}
-	resp, err := c.httpClient().Do(req)
+	resp, err := c.send(ctx, method, path, hdr, body, "application/json")
 	if err != nil {
-		return fmt.Errorf("airlock: %s %s: %w", method, path, err)
+		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return readAPIError(resp)
-	}
 	if out == nil {
 		io.Copy(io.Discard, resp.Body)
 		return nil
@@ -158,6 +150,32 @@ func (c *Client) do(ctx context.Context, method, path string, hdr http.Header, i
 		return fmt.Errorf("airlock: decode answer of %s %s: %w", method, path, err)
 	}
 	return nil
+}
+
+// send sends a request with the caller's headers, Accept and the API key,
+// and returns the response of a 2xx answer, whose body the caller must
+// close; any other answer is read into an *APIError.
+func (c *Client) send(ctx context.Context, method, path string, hdr http.Header, body io.Reader, accept string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.BaseURL, "/")+path, body)
+	if err != nil {
+		return nil, fmt.Errorf("airlock: build %s %s: %w", method, path, err)
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	req.Header.Set("Accept", accept)
+	if c.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+c.APIKey)
+	}
+	resp, err := c.httpClient().Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("airlock: %s %s: %w", method, path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		return nil, readAPIError(resp)
+	}
+	return resp, nil
 }
 
 func readAPIError(resp *http.Response) error {

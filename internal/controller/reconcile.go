@@ -270,11 +270,21 @@ func (c *Controller) decide(r *round, sb model.Sandbox, open []model.Operation, 
 		if op.Deadline.IsZero() || !now.After(op.Deadline) {
 			continue
 		}
-		if sb.State == target(op) {
+		if sb.State == target(op) && !model.TaskKind(op.Kind) {
 			continue // reached: completion below
 		}
 		reason := fmt.Sprintf("deadline of %s passed while %s was %s", formatDuration(op.Deadline.Sub(op.CreatedAt)), op.Kind, sb.State)
 		a := action{op: finish(op, model.OpFailed, reason, now), why: "operation deadline"}
+		if model.TaskKind(op.Kind) {
+			// The sandbox stays as it is; the worker's late outcome is
+			// ignored (its snapshot goes with the sandbox).
+			if sb.Task != nil && sb.Task.OperationID == op.ID {
+				nsb := sb
+				nsb.Task = nil
+				a.sb = &nsb
+			}
+			return a
+		}
 		if !deleting && sb.State != model.StateFailed && revertible(op.Kind) {
 			back := sb.State
 			if back != model.StateRunning && back != model.StatePaused {
@@ -303,8 +313,12 @@ func (c *Controller) decide(r *round, sb model.Sandbox, open []model.Operation, 
 	// 4. Operation completion.
 	for _, op := range open {
 		switch {
-		case sb.State == target(op):
+		case sb.State == target(op) && !model.TaskKind(op.Kind):
 			return action{op: finish(op, model.OpSucceeded, "", now), why: "operation completed"}
+		case model.TaskKind(op.Kind) && (sb.Task == nil || sb.Task.OperationID != op.ID) && !deleting && sb.State != model.StateFailed:
+			// Its task is gone without an outcome (it cannot be, but an
+			// operation must never hang).
+			return action{op: finish(op, model.OpFailed, "the sandbox no longer has this task", now), why: "task lost"}
 		case sb.State == model.StateFailed && !deleting:
 			return action{op: finish(op, model.OpFailed, failReason(sb), now), why: "sandbox failed"}
 		case deleting && target(op) != model.StateDeleted:
@@ -314,7 +328,18 @@ func (c *Controller) decide(r *round, sb model.Sandbox, open []model.Operation, 
 
 	// 5. Placement.
 	if sb.State == model.StatePending && sb.DesiredState == model.StateRunning {
-		wid, err := scheduler.Pick(r.workers, r.load, scheduler.RequestFor(sb), now, c.cfg.HeartbeatTTL)
+		workers := r.workers
+		if sb.Source != nil {
+			// Forks and imports start from a snapshot on one worker.
+			workers = nil
+			if w, ok := r.byID[sb.Source.WorkerID]; ok {
+				workers = []model.Worker{w}
+			}
+		}
+		wid, err := scheduler.Pick(workers, r.load, scheduler.RequestFor(sb), now, c.cfg.HeartbeatTTL)
+		if err != nil && sb.Source != nil {
+			err = fmt.Errorf("waiting for worker %s, which holds the snapshot it starts from: %w", sb.Source.WorkerID, err)
+		}
 		if err != nil {
 			if sb.Reason == err.Error() {
 				return action{}

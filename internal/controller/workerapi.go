@@ -338,10 +338,14 @@ func decideObserved(sb model.Sandbox, open []model.Operation, wid string, o work
 		return func(op model.Operation) bool { return target(op) == st }
 	}
 	anyOp := func(model.Operation) bool { return true }
+	if t := o.Task; t != nil && sb.Task != nil && t.OperationID == sb.Task.OperationID {
+		return taskDone(sb, open, o, now)
+	}
 	switch {
 	case o.State == model.StateRunning && sb.State == model.StateStarting:
 		nsb.State = model.StateRunning
 		nsb.Reason = ""
+		nsb.StartedFrom = o.StartedFrom
 		nsb.LastActivityAt = now
 		return withOp(action{why: "worker reports running"}, reaches(model.StateRunning), model.OpSucceeded, "")
 
@@ -427,6 +431,41 @@ func decideObserved(sb model.Sandbox, open []model.Operation, wid string, o work
 		return withOp(action{why: "sandbox disappeared"}, anyOp, model.OpFailed, reason)
 	}
 	return action{}
+}
+
+// taskDone applies the outcome of sb's task (a checkpoint or a rollback)
+// that its worker reports in o: the task is cleared, a checkpoint is added
+// to the list, and the task's operation completes.
+func taskDone(sb model.Sandbox, open []model.Operation, o workerapi.Observed, now time.Time) action {
+	t, res := *sb.Task, *o.Task
+	nsb := sb
+	nsb.Task = nil
+	a := action{sb: &nsb, why: string(t.Kind) + " task done"}
+	state, reason := model.OpSucceeded, ""
+	switch {
+	case res.Error != "":
+		state, reason = model.OpFailed, string(t.Kind)+" failed: "+res.Error
+	case t.Kind == model.OpCheckpoint:
+		nsb.Checkpoints = append(append([]model.Checkpoint(nil), sb.Checkpoints...),
+			model.Checkpoint{Name: t.Checkpoint, SnapshotID: res.SnapshotID, Bytes: res.Bytes, CreatedAt: now})
+	}
+	switch o.State {
+	case model.StateFailed:
+		// The task took the runtime with it.
+		nsb.State, nsb.Reason = model.StateFailed, o.Reason
+		if nsb.Reason == "" {
+			nsb.Reason = reason
+		}
+	case model.StateRunning, model.StatePaused:
+		if t.Kind == model.OpRollback {
+			nsb.State = o.State
+			nsb.LastActivityAt = now
+		}
+	}
+	if op, ok := firstOp(open, func(op model.Operation) bool { return op.ID == t.OperationID }); ok {
+		a.op = finish(op, state, reason, now)
+	}
+	return a
 }
 
 // assignments lists every sandbox on worker id that is not deleted with

@@ -98,6 +98,7 @@ func up(ctx context.Context, args []string) error {
 	dataListen := fs.String("data-listen", "", "address of the worker's data plane (default: the API's port + 1, or any free port if that is taken)")
 	dataDir := fs.String("data-dir", DefaultDataDir(), "directory for the database, runsc, templates, sandboxes and keys")
 	withQEMU := fs.Bool("qemu", true, "also offer the qemu microVM runtime (set up in the background on first start)")
+	images := fs.String("template-images", DefaultTemplateImages, templateImagesUsage)
 	deadline := fs.Duration("operation-deadline", 0, "how long a lifecycle operation may take (0: 30m)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	var warm warmFlag
@@ -156,7 +157,7 @@ func up(ctx context.Context, args []string) error {
 	started := time.Now()
 	w, err := newWorker(ctx, workerOptions{
 		dataDir: *dataDir, serverURL: url, token: wt, dataListen: *dataListen,
-		id: workerID, log: log, progress: progress, qemu: *withQEMU,
+		id: workerID, log: log, progress: progress, qemu: *withQEMU, templateImages: runtimeSet(*images),
 	})
 	if err != nil {
 		return err
@@ -240,6 +241,7 @@ func workerCmd(ctx context.Context, args []string) error {
 	workerToken := fs.String("worker-token", os.Getenv("AIRLOCK_WORKER_TOKEN"), "shared secret (or $AIRLOCK_WORKER_TOKEN)")
 	dataDir := fs.String("data-dir", DefaultDataDir(), "directory for runsc, templates and sandboxes")
 	withQEMU := fs.Bool("qemu", true, "also offer the qemu microVM runtime (set up in the background on first start)")
+	images := fs.String("template-images", DefaultTemplateImages, templateImagesUsage)
 	dataListen := fs.String("data-listen", "127.0.0.1:7071", "address of the data plane")
 	advertise := fs.String("advertise-url", "", "data-plane URL clients use (default http://<data-listen>)")
 	id := fs.String("id", "", "worker id (default: generated once and kept in <data-dir>/worker.id)")
@@ -254,7 +256,7 @@ func workerCmd(ctx context.Context, args []string) error {
 	w, err := newWorker(ctx, workerOptions{
 		dataDir: *dataDir, serverURL: *serverURL, token: *workerToken,
 		dataListen: *dataListen, advertise: *advertise, id: *id, log: log, progress: progressWriter{},
-		qemu: *withQEMU,
+		qemu: *withQEMU, templateImages: runtimeSet(*images),
 	})
 	if err != nil {
 		return err
@@ -367,6 +369,25 @@ type workerOptions struct {
 	log                                                  *slog.Logger
 	progress                                             io.Writer
 	qemu                                                 bool // also offer the qemu runtime
+	// templateImages: runtimes whose creates restore a template image.
+	templateImages map[string]bool
+}
+
+// templateImagesUsage documents --template-images.
+const templateImagesUsage = "comma-separated runtimes whose creates restore a started-and-checkpointed template image instead of booting (\"\" for none)"
+
+// DefaultTemplateImages is where restoring beats booting on these machines
+// (QEMU boots a kernel; a gVisor boot is a ~0.1 s process start).
+const DefaultTemplateImages = "qemu"
+
+func runtimeSet(list string) map[string]bool {
+	m := map[string]bool{}
+	for _, r := range strings.Split(list, ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			m[r] = true
+		}
+	}
+	return m
 }
 
 // newWorker does the worker's set-up (runsc, base template) and returns a
@@ -428,7 +449,7 @@ func newWorker(ctx context.Context, o workerOptions) (*worker.Worker, error) {
 	mem, cpus := capacity()
 	return worker.New(worker.Config{
 		ID: id, ServerURL: o.serverURL, WorkerToken: o.token,
-		DataPlaneListener: ln, DataPlaneURL: adv, Driver: drivers, Snapshots: snaps,
+		DataPlaneListener: ln, DataPlaneURL: adv, Driver: drivers, Snapshots: snaps, TemplateImages: o.templateImages,
 		Templates:     func() ([]model.Template, error) { return setup.ListTemplates(o.dataDir) },
 		RootFS:        func(digest string) string { return setup.TemplateRootFS(o.dataDir, digest) },
 		CapacityMiB:   mem,

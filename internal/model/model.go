@@ -109,7 +109,73 @@ type Sandbox struct {
 	// Pool is the template digest of the warm pool this sandbox waits in;
 	// empty once claimed (or for ordinary sandboxes).
 	Pool string `json:"pool,omitempty"`
+
+	// Snapshot features (feature gate "snapshots"); stored together.
+	// Checkpoints are the sandbox's named, restorable snapshots (on its
+	// worker), oldest first.
+	Checkpoints []Checkpoint `json:"checkpoints,omitempty"`
+	// Task is the checkpoint or rollback the worker is asked to run; it is
+	// cleared when the worker reports its outcome.
+	Task *Task `json:"task,omitempty"`
+	// Source is the snapshot a fork or an imported sandbox starts from
+	// instead of booting its template.
+	Source *Source `json:"source,omitempty"`
+	// StartedFrom says how the worker last started the sandbox: "boot"
+	// (its template), "template_image" (a started-and-checkpointed image of
+	// its template) or "snapshot" (its Source).
+	StartedFrom string `json:"started_from,omitempty"`
 }
+
+// How a sandbox was started (Sandbox.StartedFrom).
+const (
+	StartedBoot          = "boot"
+	StartedTemplateImage = "template_image"
+	StartedSnapshot      = "snapshot"
+)
+
+// Checkpoint is a named snapshot of a running or paused sandbox, kept on the
+// sandbox's worker until the sandbox is deleted.
+type Checkpoint struct {
+	Name       string    `json:"name"`
+	SnapshotID string    `json:"snapshot_id"`
+	Bytes      int64     `json:"bytes"`
+	CreatedAt  time.Time `json:"created_at"`
+}
+
+// Task is a one-off job on a sandbox's runtime, tracked by operation
+// OperationID: Kind OpCheckpoint writes checkpoint Checkpoint; Kind
+// OpRollback restores the sandbox from checkpoint Checkpoint (SnapshotID).
+type Task struct {
+	OperationID string        `json:"operation_id"`
+	Kind        OperationKind `json:"kind"`
+	Checkpoint  string        `json:"checkpoint"`
+	SnapshotID  string        `json:"snapshot_id,omitempty"`
+}
+
+// Source is a committed snapshot in the snapshot store of worker WorkerID,
+// filed under sandbox SandboxID: a fork starts from its source sandbox's
+// checkpoint, an imported sandbox from the archive it was given.
+type Source struct {
+	WorkerID   string `json:"worker_id"`
+	SandboxID  string `json:"sandbox_id"`
+	Checkpoint string `json:"checkpoint,omitempty"`
+	SnapshotID string `json:"snapshot_id"`
+}
+
+// FindCheckpoint returns the checkpoint of sb named name.
+func (sb Sandbox) FindCheckpoint(name string) (Checkpoint, bool) {
+	for _, c := range sb.Checkpoints {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return Checkpoint{}, false
+}
+
+// TaskKind reports whether kind is run by the worker as a Task: such an
+// operation completes when the worker reports the task's outcome, not when
+// the sandbox reaches a state.
+func TaskKind(kind OperationKind) bool { return kind == OpCheckpoint || kind == OpRollback }
 
 // DefaultIdleSuspend is how long a sandbox may be idle before it is
 // suspended, unless its org or its create request says otherwise.

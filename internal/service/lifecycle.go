@@ -118,6 +118,9 @@ type LifecycleRequest struct {
 	// model.DefaultOperationDeadline).
 	Now      time.Time
 	Deadline time.Duration
+	// Task is the worker's job for Kind checkpoint or rollback (its
+	// OperationID is filled in); required for those kinds.
+	Task *model.Task
 }
 
 // lifecycleKinds are the operations of which a sandbox has at most one open.
@@ -140,6 +143,9 @@ func StartLifecycle(ctx context.Context, st store.Store, ev *events.Log, req Lif
 	target, ok := lifecycleTarget(req.Kind)
 	if !ok {
 		return model.Operation{}, false, model.Errorf(model.ErrInvalid, "%q is not a lifecycle operation", req.Kind)
+	}
+	if model.TaskKind(req.Kind) != (req.Task != nil) {
+		return model.Operation{}, false, model.Errorf(model.ErrInvalid, "a %s request needs a task exactly when it is a checkpoint or rollback", req.Kind)
 	}
 	if req.Now.IsZero() {
 		req.Now = time.Now().UTC()
@@ -171,11 +177,23 @@ func StartLifecycle(ctx context.Context, st store.Store, ev *events.Log, req Lif
 				return model.Operation{}, false, err
 			}
 		}
+		tgt := target
+		if tgt == "" { // a checkpoint leaves the sandbox as it is
+			tgt = sb.State
+		}
 		nsb := sb
-		nsb.DesiredState = target
+		nsb.DesiredState = tgt
 		op := model.Operation{
 			ID: NewID("op"), OrgID: sb.OrgID, SandboxID: id, Kind: req.Kind, State: model.OpPending,
-			Target: target, Reason: req.Reason, CreatedAt: req.Now, UpdatedAt: req.Now, Deadline: req.Now.Add(req.Deadline),
+			Target: tgt, Reason: req.Reason, CreatedAt: req.Now, UpdatedAt: req.Now, Deadline: req.Now.Add(req.Deadline),
+		}
+		if req.Task != nil {
+			// The assignment drives a task at once; it completes when the
+			// worker reports its outcome (controller.decideObserved).
+			t := *req.Task
+			t.OperationID, t.Kind = op.ID, req.Kind
+			nsb.Task = &t
+			op.State = model.OpRunning
 		}
 		nsb, op, err = st.UpdateSandboxCreateOperation(ctx, nsb, op)
 		if errors.Is(err, model.ErrConflict) {
@@ -203,6 +221,10 @@ func lifecycleTarget(kind model.OperationKind) (model.SandboxState, bool) {
 		return model.StateRunning, true
 	case model.OpSuspend:
 		return model.StateSuspended, true
+	case model.OpCheckpoint:
+		return "", true // stays running or paused
+	case model.OpRollback:
+		return model.StateRunning, true
 	}
 	return "", false
 }
@@ -218,6 +240,10 @@ func verb(kind model.OperationKind) string {
 		return "suspending"
 	case model.OpWake:
 		return "waking"
+	case model.OpCheckpoint:
+		return "checkpointing"
+	case model.OpRollback:
+		return "rolling back"
 	}
 	return string(kind)
 }
@@ -248,7 +274,8 @@ func checkLifecycle(sb model.Sandbox, ops []model.Operation, req LifecycleReques
 		if !slices.Contains(lifecycleKinds, op.Kind) {
 			continue
 		}
-		if op.Kind == req.Kind || req.Join && op.Target == model.StateRunning {
+		sameTask := req.Task == nil || sb.Task != nil && sb.Task.OperationID == op.ID && sb.Task.Checkpoint == req.Task.Checkpoint
+		if op.Kind == req.Kind && sameTask || req.Join && op.Target == model.StateRunning {
 			return op, true, nil // the same request again, or a wake joining the way to running
 		}
 		return model.Operation{}, false, model.Errorf(model.ErrConflict, "sandbox %s has a %s operation %s in progress; wait for it (`airlock op wait %s`) and retry",
@@ -274,6 +301,9 @@ func checkLifecycle(sb model.Sandbox, ops []model.Operation, req LifecycleReques
 		model.OpResume:  {model.StatePaused},
 		model.OpSuspend: {model.StateRunning, model.StatePaused},
 		model.OpWake:    {model.StateSuspended, model.StatePaused},
+		// Checkpoints and rollbacks work on a runtime in memory.
+		model.OpCheckpoint: {model.StateRunning, model.StatePaused},
+		model.OpRollback:   {model.StateRunning, model.StatePaused},
 	}[req.Kind]
 	if slices.Contains(allowed, st) {
 		return model.Operation{}, false, nil
@@ -282,6 +312,8 @@ func checkLifecycle(sb model.Sandbox, ops []model.Operation, req LifecycleReques
 	switch {
 	case st == model.StatePending || st == model.StateStarting:
 		hint = "; wait until it is running (`airlock op wait " + id + "`)"
+	case st == model.StateSuspended && model.TaskKind(req.Kind):
+		hint = "; wake it first (`airlock sandbox wake " + id + "`)"
 	case st == model.StateSuspended && (req.Kind == model.OpPause || req.Kind == model.OpResume):
 		hint = "; wake it instead of " + verb(req.Kind)
 	case st == model.StateSuspending || st == model.StateWaking:

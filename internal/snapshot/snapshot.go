@@ -62,6 +62,12 @@ type Meta struct {
 	Name    string // checkpoint name, "" for suspend
 	Runtime string // driver that wrote the artifacts ("gvisor")
 	Kind    string // KindSuspend, KindCheckpoint or KindTemplate
+	// What the snapshot needs to be restored elsewhere (export/import): the
+	// template it was taken on and the sandbox's resources.
+	Template       string
+	TemplateDigest string
+	VCPUs          int
+	MemoryMiB      int
 }
 
 // Manifest describes one committed snapshot.
@@ -74,6 +80,11 @@ type Manifest struct {
 	CreatedAt time.Time  `json:"created_at"`
 	Bytes     int64      `json:"bytes"` // sum of artifact sizes
 	Artifacts []Artifact `json:"artifacts"`
+	// Template, TemplateDigest, VCPUs and MemoryMiB: see Meta.
+	Template       string `json:"template,omitempty"`
+	TemplateDigest string `json:"template_digest,omitempty"`
+	VCPUs          int    `json:"vcpus,omitempty"`
+	MemoryMiB      int    `json:"memory_mib,omitempty"`
 }
 
 // Artifact is one file of a snapshot.
@@ -224,6 +235,7 @@ func (p *Pending) Commit(meta Meta) (Manifest, error) {
 	m := Manifest{
 		ID: p.id, SandboxID: p.sandboxID, Name: meta.Name, Runtime: meta.Runtime, Kind: meta.Kind,
 		CreatedAt: time.Now().UTC(), Artifacts: arts,
+		Template: meta.Template, TemplateDigest: meta.TemplateDigest, VCPUs: meta.VCPUs, MemoryMiB: meta.MemoryMiB,
 	}
 	for _, a := range arts {
 		m.Bytes += a.Size
@@ -593,4 +605,26 @@ func (s *Store) GC() error {
 		return fmt.Errorf("snapshot: gc: %w", err)
 	}
 	return nil
+}
+
+// Sandboxes returns the ids of the sandboxes that have a directory in the
+// store, each with the directory's modification time (when a snapshot was
+// last added or removed).
+func (s *Store) Sandboxes() (map[string]time.Time, error) {
+	entries, err := os.ReadDir(s.root)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: list sandboxes: %w", err)
+	}
+	out := make(map[string]time.Time, len(entries))
+	for _, e := range entries {
+		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil {
+			continue // removed meanwhile
+		}
+		out[e.Name()] = fi.ModTime()
+	}
+	return out, nil
 }

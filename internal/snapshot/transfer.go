@@ -186,7 +186,8 @@ func (s *Store) Import(ctx context.Context, sandboxID string, r io.Reader) (_ Ma
 			}
 		}
 	}
-	m, err := p.Commit(Meta{Name: src.Name, Runtime: src.Runtime, Kind: src.Kind})
+	m, err := p.Commit(Meta{Name: src.Name, Runtime: src.Runtime, Kind: src.Kind,
+		Template: src.Template, TemplateDigest: src.TemplateDigest, VCPUs: src.VCPUs, MemoryMiB: src.MemoryMiB})
 	if err != nil {
 		return Manifest{}, err
 	}

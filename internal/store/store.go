@@ -125,3 +125,23 @@ type OperationFilter struct {
 	// Open restricts to operations that are not Done.
 	Open bool
 }
+
+// SandboxSnapshots is how both backends store a sandbox's snapshot-feature
+// fields (model.Sandbox.Checkpoints, Task and Source) in one JSON column,
+// "snapshots".
+type SandboxSnapshots struct {
+	Checkpoints []model.Checkpoint `json:"checkpoints,omitempty"`
+	Task        *model.Task        `json:"task,omitempty"`
+	Source      *model.Source      `json:"source,omitempty"`
+	StartedFrom string             `json:"started_from,omitempty"`
+}
+
+// SnapshotsOf returns the snapshot-feature fields of sb.
+func SnapshotsOf(sb model.Sandbox) SandboxSnapshots {
+	return SandboxSnapshots{Checkpoints: sb.Checkpoints, Task: sb.Task, Source: sb.Source, StartedFrom: sb.StartedFrom}
+}
+
+// Apply sets the snapshot-feature fields of sb.
+func (s SandboxSnapshots) Apply(sb *model.Sandbox) {
+	sb.Checkpoints, sb.Task, sb.Source, sb.StartedFrom = s.Checkpoints, s.Task, s.Source, s.StartedFrom
+}

@@ -23,6 +23,9 @@ const (
 	ScopeCommand = "command" // attach to one command session (Command set)
 	ScopeFiles   = "files"   // file operations and command listing on one sandbox
 	ScopeEnvd    = "envd"    // E2B envd and sandbox-port traffic to one sandbox
+	// ScopeSnapshot: the server exporting snapshot Snapshot of the sandbox,
+	// importing an archive as a snapshot of it, or dropping its snapshots.
+	ScopeSnapshot = "snapshot"
 )
 
 // ErrInvalid is returned for a malformed, forged or expired token.
@@ -34,7 +37,8 @@ type Claims struct {
 	OrgID     string             `json:"org"`
 	Scope     string             `json:"scope"`
 	Command   *model.CommandSpec `json:"cmd,omitempty"`
-	Expires   int64              `json:"exp"` // unix seconds
+	Snapshot  string             `json:"snap,omitempty"` // ScopeSnapshot export: the snapshot id
+	Expires   int64              `json:"exp"`            // unix seconds
 }
 
 // NewKey returns a fresh random signing key.

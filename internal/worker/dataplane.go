@@ -78,7 +78,8 @@ func (w *Worker) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/sandboxes/{sid}/files/mkdir", w.files(w.handleMkdir))
 	mux.HandleFunc("POST /v1/sandboxes/{sid}/files/move", w.files(w.handleMove))
 	mux.HandleFunc("DELETE /v1/sandboxes/{sid}/files", w.files(w.handleRemove))
-	w.registerE2B(mux) // E2B envd and sandbox ports (envd.go)
+	w.snapshotHandlers(mux) // snapshots.go
+	w.registerE2B(mux)      // E2B envd and sandbox ports (envd.go)
 	mux.HandleFunc("/", func(rw http.ResponseWriter, r *http.Request) {
 		writeError(rw, model.Errorf(model.ErrNotFound, "no route %s %s", r.Method, r.URL.Path))
 	})
@@ -150,6 +151,8 @@ func writeError(rw http.ResponseWriter, err error) {
 		status, code = http.StatusNotFound, "not_found"
 	case errors.Is(err, model.ErrInvalid):
 		status, code = http.StatusBadRequest, "invalid"
+	case errors.Is(err, model.ErrUnprocessable):
+		status, code = http.StatusUnprocessableEntity, "unprocessable"
 	case errors.Is(err, model.ErrConflict):
 		status, code = http.StatusConflict, "conflict"
 	case errors.Is(err, model.ErrUnauthorized):

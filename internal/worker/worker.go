@@ -78,7 +78,10 @@ type Config struct {
 	RootFS        func(digest string) string
 	CapacityMiB   int
 	CapacityVCPUs int
-	Logger        *slog.Logger
+	// TemplateImages names the runtimes whose creates restore a template
+	// image instead of booting (templates.go).
+	TemplateImages map[string]bool
+	Logger         *slog.Logger
 	// HTTPClient calls the server; nil: a client without a global timeout.
 	HTTPClient *http.Client
 }
@@ -133,6 +136,11 @@ type sandbox struct {
 	// wakeCall is the wake request in flight to the server, shared by every
 	// data-plane request waiting for this sandbox.
 	wakeCall *wakeCall
+	// taskResult is the outcome of the assignment's task, reported until
+	// the assignment drops it (snapshots.go).
+	taskResult *workerapi.TaskResult
+	// startedFrom: how start started it (model.Started*).
+	startedFrom string
 }
 
 // Worker runs sandboxes for one server.
@@ -147,7 +155,11 @@ type Worker struct {
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
 	synced    bool // a Sync succeeded: assignments are authoritative
-	workerID  string
+	// orphanCheckAt is when dropOrphanSnapshots looks again.
+	orphanCheckAt time.Time
+	// imageBuilds are the template images being built (templates.go).
+	imageBuilds map[string]bool
+	workerID    string
 
 	kick chan struct{} // observed state changed: sync now
 	// stateCh is closed and replaced on every change of a sandbox's state
@@ -535,6 +547,7 @@ func (w *Worker) observed() (workerapi.SyncRequest, []string) {
 		if st == model.StateSuspended {
 			o.SnapshotID, o.SnapshotBytes = sb.snapshotID, sb.snapshotBytes
 		}
+		o.Task, o.StartedFrom = sb.taskResult, sb.startedFrom
 		req.Observed = append(req.Observed, o)
 		if st == model.StateDeleted {
 			reported = append(reported, id)
@@ -576,7 +589,15 @@ func (w *Worker) reconcile(ctx context.Context, as []workerapi.Assignment) {
 		// Every assignment: a warm-pool claim changes the env of a running
 		// sandbox, and commands and envd must see the new one.
 		sb.env = a.Sandbox.Env
+		if t := a.Sandbox.Task; t == nil || sb.taskResult != nil && sb.taskResult.OperationID != t.OperationID {
+			sb.taskResult = nil // the server has the outcome
+		}
 		if sb.busy || sb.state == model.StateDeleted {
+			continue
+		}
+		if t := a.Sandbox.Task; t != nil && sb.taskResult == nil && a.Desired != model.StateDeleted &&
+			(sb.state == model.StateRunning || sb.state == model.StatePaused) {
+			w.startTask(ctx, sb, *t)
 			continue
 		}
 		switch a.Desired {
@@ -618,6 +639,7 @@ func (w *Worker) reconcile(ctx context.Context, as []workerapi.Assignment) {
 		}
 		w.startDelete(ctx, sb)
 	}
+	w.dropOrphanSnapshots(assigned, now)
 }
 
 // discover decides what an assigned sandbox the worker has no record of
@@ -758,7 +780,7 @@ func (w *Worker) startPause(ctx context.Context, sb *sandbox, pause bool) {
 
 // start creates one sandbox and waits for its agent.
 func (w *Worker) start(ctx context.Context, sb *sandbox, s model.Sandbox) {
-	h, ac, err := w.startOne(ctx, s)
+	h, ac, from, err := w.startOne(ctx, s)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	sb.busy = false
@@ -772,15 +794,24 @@ func (w *Worker) start(ctx context.Context, sb *sandbox, s model.Sandbox) {
 		sb.state, sb.reason = model.StateFailed, err.Error()
 	} else {
 		w.log.Info("sandbox running", "sandbox", sb.id)
-		sb.state, sb.handle, sb.agent = model.StateRunning, h, ac
+		sb.state, sb.handle, sb.agent, sb.startedFrom = model.StateRunning, h, ac, from
 	}
 	w.changed()
 }
 
-func (w *Worker) startOne(ctx context.Context, s model.Sandbox) (_ runtime.Sandbox, _ *agentclient.Client, err error) {
+func (w *Worker) startOne(ctx context.Context, s model.Sandbox) (_ runtime.Sandbox, _ *agentclient.Client, from string, err error) {
 	rootfs := w.cfg.RootFS(s.TemplateDigest)
 	if rootfs == "" {
-		return nil, nil, fmt.Errorf("template %s (%s) is not present on worker %s", s.Template, s.TemplateDigest, w.cfg.ID)
+		return nil, nil, "", fmt.Errorf("template %s (%s) is not present on worker %s", s.Template, s.TemplateDigest, w.cfg.ID)
+	}
+	if s.Source != nil {
+		h, ac, err := w.startFromSource(ctx, s)
+		return h, ac, model.StartedSnapshot, err
+	}
+	if m, dir, ok := w.templateImage(ctx, s); ok {
+		if h, ac, err := w.startFromImage(ctx, s, m, dir); err == nil {
+			return h, ac, model.StartedTemplateImage, nil
+		}
 	}
 	sctx, cancel := context.WithTimeout(ctx, StartTimeout)
 	defer cancel()
@@ -801,15 +832,15 @@ func (w *Worker) startOne(ctx context.Context, s model.Sandbox) (_ runtime.Sandb
 	}()
 	h, err := w.cfg.Driver.Start(sctx, spec)
 	if err != nil {
-		return nil, nil, fmt.Errorf("start runtime: %w", err)
+		return nil, nil, "", fmt.Errorf("start runtime: %w", err)
 	}
 	ac := newAgentClient(h)
 	if err := ac.WaitReady(sctx); err != nil {
 		ac.Close()
 		h.Close()
-		return nil, nil, err
+		return nil, nil, "", err
 	}
-	return h, ac, nil
+	return h, ac, model.StartedBoot, nil
 }
 
 // AgentDialTimeout bounds waiting for a connection from an agent, so that

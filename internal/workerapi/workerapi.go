@@ -53,6 +53,20 @@ type Observed struct {
 	// LastActivity is the last data-plane use (a command attached or running
 	// with a client attached, a file request); zero if none since start.
 	LastActivity time.Time `json:"last_activity,omitzero"`
+	// Task is the outcome of the sandbox's task (model.Sandbox.Task), sent
+	// until the assignment no longer carries that task.
+	Task *TaskResult `json:"task,omitempty"`
+	// StartedFrom: how a starting sandbox was started (model.Started*).
+	StartedFrom string `json:"started_from,omitempty"`
+}
+
+// TaskResult is the outcome of one task: Error is empty on success; a
+// checkpoint names its committed snapshot.
+type TaskResult struct {
+	OperationID string `json:"operation_id"`
+	Error       string `json:"error,omitempty"`
+	SnapshotID  string `json:"snapshot_id,omitempty"`
+	Bytes       int64  `json:"bytes,omitempty"`
 }
 
 // SyncRequest is a heartbeat with the observed state of every sandbox the

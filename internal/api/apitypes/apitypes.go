@@ -27,12 +27,56 @@ type CreateSandboxRequest struct {
 	// AutoWake wakes the sandbox when a command or file request arrives
 	// while it is paused or suspended (absent: true).
 	AutoWake *bool `json:"auto_wake,omitempty"`
+
+	// FromCheckpoint forks: Count sandboxes (default 1, at most MaxForks)
+	// start from that checkpoint of a sandbox of the caller's org, on that
+	// sandbox's worker, with its template, runtime and resources (template,
+	// runtime and resources must be absent). Feature gate "snapshots".
+	FromCheckpoint *CheckpointRef `json:"from_checkpoint,omitempty"`
+	Count          int            `json:"count,omitempty"`
+	// Import names the multipart/form-data part that holds a checkpoint
+	// archive (from GET /v1/sandboxes/{id}/checkpoints/{name}/export); the
+	// sandbox starts from it, with the archive's template and resources.
+	// Only in a multipart request whose first part, "request", is this
+	// JSON. Feature gate "snapshots".
+	Import string `json:"import,omitempty"`
 }
 
-// CreateSandboxResponse is the 202 body of POST /v1/sandboxes.
+// MaxForks bounds CreateSandboxRequest.Count.
+const MaxForks = 32
+
+// CheckpointRef names one checkpoint of one sandbox.
+type CheckpointRef struct {
+	SandboxID  string `json:"sandbox_id"`
+	Checkpoint string `json:"checkpoint"`
+}
+
+// CreateSandboxResponse is the 202 body of POST /v1/sandboxes. A fork
+// request lists every sandbox it created in Forks (the first one is also
+// Sandbox and Operation).
 type CreateSandboxResponse struct {
-	Sandbox   model.Sandbox   `json:"sandbox"`
-	Operation model.Operation `json:"operation"`
+	Sandbox   model.Sandbox           `json:"sandbox"`
+	Operation model.Operation         `json:"operation"`
+	Forks     []CreateSandboxResponse `json:"forks,omitempty"`
+}
+
+// CreateCheckpointRequest is the body of POST /v1/sandboxes/{id}/checkpoints
+// (202 OperationResponse). Name: 1-63 of a-z, 0-9, '.', '_', '-', starting
+// with a letter or digit; unique within the sandbox.
+type CreateCheckpointRequest struct {
+	Name string `json:"name"`
+}
+
+// ListCheckpointsResponse is the body of GET /v1/sandboxes/{id}/checkpoints.
+type ListCheckpointsResponse struct {
+	Checkpoints []model.Checkpoint `json:"checkpoints"`
+}
+
+// RollbackRequest is the body of POST /v1/sandboxes/{id}/rollback (202
+// OperationResponse): the sandbox's memory, processes and files go back to
+// checkpoint Checkpoint; it is running afterwards.
+type RollbackRequest struct {
+	Checkpoint string `json:"checkpoint"`
 }
 
 // OperationResponse is the 202 body of DELETE /v1/sandboxes/{id} and of

@@ -337,15 +337,15 @@ func (s *Store) ListTemplates(ctx context.Context) ([]model.Template, error) {
 
 const sandboxCols = `id, org_id, template, template_digest, runtime, state, desired_state, reason,
 	worker_id, env, metadata, resources, timeout_s, generation, created_at, updated_at,
-	last_activity_at, expires_at, idle_suspend_s, no_auto_wake, snapshot_id, snapshot_bytes, pool`
+	last_activity_at, expires_at, idle_suspend_s, no_auto_wake, snapshot_id, snapshot_bytes, pool, snapshots`
 
 func scanSandbox(sc scanner) (model.Sandbox, error) {
 	var sb model.Sandbox
-	var env, meta, res string
+	var env, meta, res, snaps string
 	if err := sc.Scan(&sb.ID, &sb.OrgID, &sb.Template, &sb.TemplateDigest, &sb.Runtime, &sb.State,
 		&sb.DesiredState, &sb.Reason, &sb.WorkerID, &env, &meta, &res, &sb.TimeoutS, &sb.Generation,
 		&sb.CreatedAt, &sb.UpdatedAt, &sb.LastActivityAt, &sb.ExpiresAt, &sb.IdleSuspendS, &sb.NoAutoWake,
-		&sb.SnapshotID, &sb.SnapshotBytes, &sb.Pool); err != nil {
+		&sb.SnapshotID, &sb.SnapshotBytes, &sb.Pool, &snaps); err != nil {
 		return sb, err
 	}
 	sb.CreatedAt = utc(sb.CreatedAt)
@@ -355,18 +355,24 @@ func scanSandbox(sc scanner) (model.Sandbox, error) {
 		t := utc(*sb.ExpiresAt)
 		sb.ExpiresAt = &t
 	}
-	return sb, errors.Join(fromJSON(env, &sb.Env), fromJSON(meta, &sb.Metadata), fromJSON(res, &sb.Resources))
+	var sn store.SandboxSnapshots
+	err := errors.Join(fromJSON(env, &sb.Env), fromJSON(meta, &sb.Metadata), fromJSON(res, &sb.Resources), fromJSON(snaps, &sn))
+	sn.Apply(&sb)
+	return sb, err
 }
 
 // sandboxJSON encodes the JSON columns of sb.
-func sandboxJSON(sb model.Sandbox) (env, meta, res string, err error) {
+func sandboxJSON(sb model.Sandbox) (env, meta, res, snaps string, err error) {
 	if env, err = toJSON(sb.Env); err != nil {
 		return
 	}
 	if meta, err = toJSON(sb.Metadata); err != nil {
 		return
 	}
-	res, err = toJSON(sb.Resources)
+	if res, err = toJSON(sb.Resources); err != nil {
+		return
+	}
+	snaps, err = toJSON(store.SnapshotsOf(sb))
 	return
 }
 
@@ -383,7 +389,7 @@ func (s *Store) CreateSandbox(ctx context.Context, sb model.Sandbox, op model.Op
 			return model.Sandbox{}, model.Operation{}, false, err
 		}
 	}
-	env, meta, res, err := sandboxJSON(sb)
+	env, meta, res, snaps, err := sandboxJSON(sb)
 	if err != nil {
 		return model.Sandbox{}, model.Operation{}, false, fmt.Errorf("postgres: create sandbox %s: %w", sb.ID, err)
 	}
@@ -392,11 +398,11 @@ func (s *Store) CreateSandbox(ctx context.Context, sb model.Sandbox, op model.Op
 	err = s.inTx(ctx, "create sandbox "+sb.ID, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO sandboxes (`+sandboxCols+`)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
-				$19, $20, $21, $22, $23)`,
+				$19, $20, $21, $22, $23, $24)`,
 			sb.ID, sb.OrgID, sb.Template, sb.TemplateDigest, sb.Runtime, sb.State, sb.DesiredState,
 			sb.Reason, sb.WorkerID, env, meta, res, sb.TimeoutS, sb.Generation, sb.CreatedAt,
 			sb.UpdatedAt, sb.LastActivityAt, sb.ExpiresAt,
-			sb.IdleSuspendS, sb.NoAutoWake, sb.SnapshotID, sb.SnapshotBytes, sb.Pool); err != nil {
+			sb.IdleSuspendS, sb.NoAutoWake, sb.SnapshotID, sb.SnapshotBytes, sb.Pool, snaps); err != nil {
 			if idempotencyKey != "" && isUniqueViolation(err) {
 				// Perhaps a concurrent create with the same key and id.
 				return errKeyTaken
@@ -570,7 +576,7 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb model.Sandbox) (model.Sand
 // updateSandbox is the guarded write. LastActivityAt never moves backwards,
 // so a stale read cannot undo a TouchSandbox.
 func updateSandbox(ctx context.Context, q querier, sb model.Sandbox) (model.Sandbox, error) {
-	env, meta, res, err := sandboxJSON(sb)
+	env, meta, res, snaps, err := sandboxJSON(sb)
 	if err != nil {
 		return model.Sandbox{}, fmt.Errorf("postgres: update sandbox %s: %w", sb.ID, err)
 	}
@@ -579,14 +585,14 @@ func updateSandbox(ctx context.Context, q querier, sb model.Sandbox) (model.Sand
 			reason = $6, worker_id = $7, env = $8, metadata = $9, resources = $10, timeout_s = $11,
 			generation = generation + 1, updated_at = $12,
 			last_activity_at = GREATEST(last_activity_at, $13), expires_at = $14,
-			idle_suspend_s = $17, no_auto_wake = $18, snapshot_id = $19, snapshot_bytes = $20, pool = $21
+			idle_suspend_s = $17, no_auto_wake = $18, snapshot_id = $19, snapshot_bytes = $20, pool = $21, snapshots = $22
 		WHERE id = $15 AND generation = $16
 		RETURNING `+sandboxCols,
 		sb.Template, sb.TemplateDigest, sb.Runtime, sb.State, sb.DesiredState,
 		sb.Reason, sb.WorkerID, env, meta, res, sb.TimeoutS,
 		time.Now(), sb.LastActivityAt, sb.ExpiresAt,
 		sb.ID, sb.Generation,
-		sb.IdleSuspendS, sb.NoAutoWake, sb.SnapshotID, sb.SnapshotBytes, sb.Pool))
+		sb.IdleSuspendS, sb.NoAutoWake, sb.SnapshotID, sb.SnapshotBytes, sb.Pool, snaps))
 	if errors.Is(err, pgx.ErrNoRows) {
 		var gen int64
 		err := q.QueryRow(ctx, `SELECT generation FROM sandboxes WHERE id = $1`, sb.ID).Scan(&gen)

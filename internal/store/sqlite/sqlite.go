@@ -393,20 +393,22 @@ func (s *Store) ListTemplates(ctx context.Context) ([]model.Template, error) {
 
 const sandboxCols = `id, org_id, template, template_digest, runtime, state, desired_state, reason,
 	worker_id, env, metadata, resources, timeout_s, generation, created_at, updated_at,
-	last_activity_at, expires_at, idle_suspend_s, no_auto_wake, snapshot_id, snapshot_bytes, pool`
+	last_activity_at, expires_at, idle_suspend_s, no_auto_wake, snapshot_id, snapshot_bytes, pool, snapshots`
 
 func scanSandbox(sc scanner) (model.Sandbox, error) {
 	var sb model.Sandbox
-	var env, meta, res, created, updated, activity string
+	var env, meta, res, created, updated, activity, snaps string
 	var expires sql.NullString
 	if err := sc.Scan(&sb.ID, &sb.OrgID, &sb.Template, &sb.TemplateDigest, &sb.Runtime, &sb.State,
 		&sb.DesiredState, &sb.Reason, &sb.WorkerID, &env, &meta, &res, &sb.TimeoutS, &sb.Generation,
 		&created, &updated, &activity, &expires, &sb.IdleSuspendS, &sb.NoAutoWake, &sb.SnapshotID,
-		&sb.SnapshotBytes, &sb.Pool); err != nil {
+		&sb.SnapshotBytes, &sb.Pool, &snaps); err != nil {
 		return sb, err
 	}
 	var errs []error
-	errs = append(errs, fromJSON(env, &sb.Env), fromJSON(meta, &sb.Metadata), fromJSON(res, &sb.Resources))
+	var sn store.SandboxSnapshots
+	errs = append(errs, fromJSON(env, &sb.Env), fromJSON(meta, &sb.Metadata), fromJSON(res, &sb.Resources), fromJSON(snaps, &sn))
+	sn.Apply(&sb)
 	var err error
 	sb.CreatedAt, err = parseTS(created)
 	errs = append(errs, err)
@@ -423,14 +425,17 @@ func scanSandbox(sc scanner) (model.Sandbox, error) {
 }
 
 // sandboxJSON encodes the JSON columns of sb.
-func sandboxJSON(sb model.Sandbox) (env, meta, res string, err error) {
+func sandboxJSON(sb model.Sandbox) (env, meta, res, snaps string, err error) {
 	if env, err = toJSON(sb.Env); err != nil {
 		return
 	}
 	if meta, err = toJSON(sb.Metadata); err != nil {
 		return
 	}
-	res, err = toJSON(sb.Resources)
+	if res, err = toJSON(sb.Resources); err != nil {
+		return
+	}
+	snaps, err = toJSON(store.SnapshotsOf(sb))
 	return
 }
 
@@ -470,16 +475,16 @@ func (s *Store) CreateSandbox(ctx context.Context, sb model.Sandbox, op model.Op
 				return err
 			}
 		}
-		env, meta, res, err := sandboxJSON(sb)
+		env, meta, res, snaps, err := sandboxJSON(sb)
 		if err != nil {
 			return fmt.Errorf("sqlite: create sandbox %s: %w", sb.ID, err)
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxCols+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			sb.ID, sb.OrgID, sb.Template, sb.TemplateDigest, sb.Runtime, sb.State, sb.DesiredState,
 			sb.Reason, sb.WorkerID, env, meta, res, sb.TimeoutS, sb.Generation, ts(sb.CreatedAt),
 			ts(sb.UpdatedAt), ts(sb.LastActivityAt), tsPtr(sb.ExpiresAt),
-			sb.IdleSuspendS, sb.NoAutoWake, sb.SnapshotID, sb.SnapshotBytes, sb.Pool); err != nil {
+			sb.IdleSuspendS, sb.NoAutoWake, sb.SnapshotID, sb.SnapshotBytes, sb.Pool, snaps); err != nil {
 			return classify("create sandbox "+sb.ID, err)
 		}
 		if err := insertOperation(ctx, tx, op); err != nil {
@@ -626,7 +631,7 @@ func (s *Store) UpdateSandbox(ctx context.Context, sb model.Sandbox) (model.Sand
 // updateSandbox is the guarded write. LastActivityAt never moves backwards,
 // so a stale read cannot undo a TouchSandbox.
 func updateSandbox(ctx context.Context, tx *sql.Tx, sb model.Sandbox) (model.Sandbox, error) {
-	env, meta, res, err := sandboxJSON(sb)
+	env, meta, res, snaps, err := sandboxJSON(sb)
 	if err != nil {
 		return model.Sandbox{}, fmt.Errorf("sqlite: update sandbox %s: %w", sb.ID, err)
 	}
@@ -635,13 +640,13 @@ func updateSandbox(ctx context.Context, tx *sql.Tx, sb model.Sandbox) (model.San
 			reason = ?, worker_id = ?, env = ?, metadata = ?, resources = ?, timeout_s = ?,
 			generation = generation + 1, updated_at = ?,
 			last_activity_at = max(last_activity_at, ?), expires_at = ?,
-			idle_suspend_s = ?, no_auto_wake = ?, snapshot_id = ?, snapshot_bytes = ?, pool = ?
+			idle_suspend_s = ?, no_auto_wake = ?, snapshot_id = ?, snapshot_bytes = ?, pool = ?, snapshots = ?
 		WHERE id = ? AND generation = ?
 		RETURNING `+sandboxCols,
 		sb.Template, sb.TemplateDigest, sb.Runtime, sb.State, sb.DesiredState,
 		sb.Reason, sb.WorkerID, env, meta, res, sb.TimeoutS,
 		ts(time.Now()), ts(sb.LastActivityAt), tsPtr(sb.ExpiresAt),
-		sb.IdleSuspendS, sb.NoAutoWake, sb.SnapshotID, sb.SnapshotBytes, sb.Pool,
+		sb.IdleSuspendS, sb.NoAutoWake, sb.SnapshotID, sb.SnapshotBytes, sb.Pool, snaps,
 		sb.ID, sb.Generation))
 	if errors.Is(err, sql.ErrNoRows) {
 		var gen int64

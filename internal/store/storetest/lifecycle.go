@@ -101,6 +101,39 @@ func testSandboxLifecycleFields(t *testing.T, s store.Store) {
 	}
 }
 
+func testSandboxSnapshotFields(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mkOrg(t, s, "org-a")
+	sb := newSandbox("org-a", "sb-fork", at(0))
+	sb.Source = &model.Source{WorkerID: "w-1", SandboxID: "sb-src", Checkpoint: "cp1", SnapshotID: "snap-src"}
+	created := mkSandbox(t, s, sb)
+	sameSandbox(t, "create", created, sb)
+	got, err := s.GetSandbox(ctx, "sb-fork")
+	must(t, "get", err)
+	sameSandbox(t, "get", got, sb)
+
+	got.Task = &model.Task{OperationID: "op-9", Kind: model.OpCheckpoint, Checkpoint: "cp2"}
+	got.Checkpoints = []model.Checkpoint{
+		{Name: "cp0", SnapshotID: "snap-0", Bytes: 1 << 33, CreatedAt: at(time.Second)},
+		{Name: "cp1", SnapshotID: "snap-1", Bytes: 7, CreatedAt: at(2 * time.Second)},
+	}
+	upd, err := s.UpdateSandbox(ctx, got)
+	must(t, "update", err)
+	if len(upd.Checkpoints) != 2 || upd.Checkpoints[0] != got.Checkpoints[0] || upd.Checkpoints[1] != got.Checkpoints[1] ||
+		upd.Task == nil || *upd.Task != *got.Task || upd.Source == nil || *upd.Source != *sb.Source {
+		t.Errorf("update result = %+v\nwant checkpoints %+v, task %+v, source %+v", upd, got.Checkpoints, got.Task, sb.Source)
+	}
+	upd.Task, upd.Source = nil, nil
+	cleared, err := s.UpdateSandbox(ctx, upd)
+	must(t, "clear", err)
+	list, _, err := s.ListSandboxes(ctx, store.SandboxFilter{OrgID: "org-a"})
+	must(t, "list", err)
+	if len(list) != 1 || list[0].Task != nil || list[0].Source != nil || len(list[0].Checkpoints) != 2 {
+		t.Errorf("list after clearing task and source = %+v", list)
+	}
+	sameSandbox(t, "list", list[0], cleared)
+}
+
 func lifecycleOp(sb model.Sandbox, id string, kind model.OperationKind, target model.SandboxState) model.Operation {
 	op := newOp(sb, id)
 	op.Kind, op.Target = kind, target

@@ -47,6 +47,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Settings", testSettings},
 		{"OrgSettings", testOrgSettings},
 		{"SandboxLifecycleFields", testSandboxLifecycleFields},
+		{"SandboxSnapshotFields", testSandboxSnapshotFields},
 		{"UpdateSandboxCreateOperation", testUpdateSandboxCreateOperation},
 		{"UpdateSandboxCreateOperationConcurrent", testUpdateSandboxCreateOperationConcurrent},
 		{"Pools", testPools},

@@ -1,0 +1,257 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock/airlock/internal/agentapi"
+	"github.com/airlock/airlock/internal/api/apitypes"
+	"github.com/airlock/airlock/internal/client"
+	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/service"
+)
+
+// TestCheckpointRollbackForkExport drives the snapshot features end to end
+// against the server and worker processes: the feature gate, checkpoints of
+// a sandbox with a detached counter, rollback (files and the process go
+// back), forks (independent copies that continue the same process), export
+// and import (a new sandbox from the archive; corrupt archives refused
+// with nothing created), and deletion removing the checkpoints.
+func TestCheckpointRollbackForkExport(t *testing.T) {
+	st := need(t)
+	c := st.client()
+	ctx := ctxT(t, 15*time.Minute)
+	setGate := func(on bool) {
+		t.Helper()
+		fs := []string{}
+		if on {
+			fs = []string{model.FeatureSnapshots}
+		}
+		if _, err := c.UpdateOrg(ctx, service.DefaultOrgID, client.UpdateOrgRequest{Features: &fs}); err != nil {
+			t.Fatalf("set feature gate: %v", err)
+		}
+	}
+	setGate(false)
+	t.Cleanup(func() { setGate(false) })
+
+	sb := newSandbox(t, c, client.CreateSandboxRequest{})
+	cmd, err := c.CreateCommand(ctx, sb.ID, client.CreateCommandRequest{Argv: []string{"sh", "-c", counterScript}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := client.AttachCommand(ctx, cmd.AttachURL, cmd.Token, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kind, _, err := sess.Next(); err != nil || kind != agentapi.FrameStarted {
+		t.Fatalf("first frame %d: %v", kind, err)
+	}
+	sess.Close()
+	fc, err := c.Files(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := counterAfter(t, ctx, fc, 2)[0].pid
+	if r := sh(t, c, sb.ID, "echo one > state.txt"); r.exit.ExitCode != 0 {
+		t.Fatalf("write state: %+v", r)
+	}
+
+	// The gate: 403 naming it, for every endpoint.
+	_, err = c.CreateCheckpoint(ctx, sb.ID, "c1")
+	wantStatus(t, "checkpoint without the gate", err, http.StatusForbidden, `"snapshots"`)
+	_, err = c.ListCheckpoints(ctx, sb.ID)
+	wantStatus(t, "list without the gate", err, http.StatusForbidden, `"snapshots"`)
+	_, err = c.ForkSandbox(ctx, client.CreateSandboxRequest{FromCheckpoint: &apitypes.CheckpointRef{SandboxID: sb.ID, Checkpoint: "c1"}}, "")
+	wantStatus(t, "fork without the gate", err, http.StatusForbidden, `"snapshots"`)
+	setGate(true)
+
+	// Bad names, then a checkpoint.
+	_, err = c.CreateCheckpoint(ctx, sb.ID, "../x")
+	wantStatus(t, "invalid name", err, http.StatusUnprocessableEntity, "invalid")
+	t0 := time.Now()
+	op, err := c.CreateCheckpoint(ctx, sb.ID, "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if op.Kind != model.OpCheckpoint {
+		t.Fatalf("checkpoint operation kind %s", op.Kind)
+	}
+	if _, err := c.WaitOperation(ctx, op.ID); err != nil {
+		t.Fatalf("checkpoint: %v", err)
+	}
+	t.Logf("checkpoint c1: %v", time.Since(t0))
+	_, err = c.CreateCheckpoint(ctx, sb.ID, "c1")
+	wantStatus(t, "duplicate name", err, http.StatusConflict, "already has a checkpoint")
+	cps, err := c.ListCheckpoints(ctx, sb.ID)
+	if err != nil || len(cps) != 1 || cps[0].Name != "c1" || cps[0].Bytes <= 0 || cps[0].SnapshotID == "" {
+		t.Fatalf("checkpoints = %+v, %v; want c1 with bytes", cps, err)
+	}
+	// The sandbox kept running: same counter, still counting.
+	n := len(readCounter(t, ctx, fc))
+	ls := counterAfter(t, ctx, fc, n)
+	if ls[len(ls)-1].pid != pid {
+		t.Fatalf("counter PID %d after checkpoint, want %d", ls[len(ls)-1].pid, pid)
+	}
+
+	// Change things, then roll back.
+	if r := sh(t, c, sb.ID, "echo two > state.txt; echo new > extra.txt; kill "+strconv.Itoa(pid)); r.exit.ExitCode != 0 {
+		t.Fatalf("change state: %+v", r)
+	}
+	op, err = c.RollbackSandbox(ctx, sb.ID, "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitOperation(ctx, op.ID); err != nil {
+		t.Fatalf("rollback: %v", err)
+	}
+	if r := sh(t, c, sb.ID, "cat state.txt; test -e extra.txt && echo extra-exists; true"); strings.TrimSpace(r.stdout) != "one" {
+		t.Fatalf("after rollback: %q, want the checkpoint's files only", r.stdout)
+	}
+	n = len(readCounter(t, ctx, fc))
+	ls = counterAfter(t, ctx, fc, n)
+	if last := ls[len(ls)-1]; last.pid != pid || time.Since(last.at) > 5*time.Second {
+		t.Fatalf("after rollback the counter is %+v, want PID %d counting again", last, pid)
+	}
+	_, err = c.RollbackSandbox(ctx, sb.ID, "nope")
+	wantStatus(t, "rollback to a missing checkpoint", err, http.StatusNotFound, "no checkpoint")
+
+	// Forks: independent copies that continue the checkpoint's processes.
+	forks, err := c.ForkSandbox(ctx, client.CreateSandboxRequest{
+		FromCheckpoint: &apitypes.CheckpointRef{SandboxID: sb.ID, Checkpoint: "c1"}, Count: 2,
+		Metadata: map[string]string{"fork": "yes"},
+	}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(forks) != 2 {
+		t.Fatalf("%d forks, want 2", len(forks))
+	}
+	for _, f := range forks {
+		id := f.Sandbox.ID
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if op, err := c.DeleteSandbox(ctx, id); err == nil {
+				c.WaitOperation(ctx, op.ID)
+			}
+		})
+		if f.Operation.Kind != model.OpFork {
+			t.Errorf("fork operation kind %s", f.Operation.Kind)
+		}
+		if _, err := c.WaitOperation(ctx, f.Operation.ID); err != nil {
+			t.Fatalf("fork %s: %v", id, err)
+		}
+		got, _ := c.GetSandbox(ctx, id)
+		if got.WorkerID != sb.WorkerID || got.Metadata["fork"] != "yes" || got.Source == nil {
+			t.Errorf("fork %s: worker %s (source's %s), metadata %v, source %+v", id, got.WorkerID, sb.WorkerID, got.Metadata, got.Source)
+		}
+	}
+	f0, f1 := forks[0].Sandbox.ID, forks[1].Sandbox.ID
+	if r := sh(t, c, f0, "cat state.txt; hostname; echo fork0 > state.txt"); r.stdout != "one\n"+f0+"\n" {
+		t.Fatalf("fork 0 sees %q, want the checkpoint's file and its own hostname", r.stdout)
+	}
+	if r := sh(t, c, f1, "cat state.txt"); strings.TrimSpace(r.stdout) != "one" {
+		t.Fatalf("fork 1 sees %q after fork 0 wrote: forks are not independent", r.stdout)
+	}
+	ffc, err := c.Files(ctx, f1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n = len(readCounter(t, ctx, ffc))
+	if ls := counterAfter(t, ctx, ffc, n); ls[len(ls)-1].pid != pid {
+		t.Fatalf("fork's counter PID %d, want the checkpoint's %d", ls[len(ls)-1].pid, pid)
+	}
+	if r := sh(t, c, sb.ID, "cat state.txt"); strings.TrimSpace(r.stdout) != "one" {
+		t.Fatalf("source sees %q after its forks wrote", r.stdout)
+	}
+
+	// Export, then import into a new sandbox.
+	var archive bytes.Buffer
+	nb, err := c.ExportCheckpoint(ctx, sb.ID, "c1", &archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nb != int64(archive.Len()) || nb < cps[0].Bytes {
+		t.Fatalf("export: %d bytes reported, %d read, checkpoint has %d", nb, archive.Len(), cps[0].Bytes)
+	}
+	_, err = c.ExportCheckpoint(ctx, sb.ID, "nope", io.Discard)
+	wantStatus(t, "export of a missing checkpoint", err, http.StatusNotFound, "no checkpoint")
+
+	before := countSandboxes(t, ctx, c)
+	bad := bytes.Clone(archive.Bytes())
+	bad[len(bad)/2] ^= 0xff // inside an artifact: its sha256 no longer matches
+	_, _, err = c.ImportSandbox(ctx, client.CreateSandboxRequest{}, bytes.NewReader(bad))
+	wantStatus(t, "corrupt archive", err, http.StatusUnprocessableEntity, "")
+	_, _, err = c.ImportSandbox(ctx, client.CreateSandboxRequest{}, bytes.NewReader(archive.Bytes()[:archive.Len()/3]))
+	wantStatus(t, "truncated archive", err, http.StatusUnprocessableEntity, "")
+	_, _, err = c.ImportSandbox(ctx, client.CreateSandboxRequest{}, strings.NewReader("not a tar at all"))
+	wantStatus(t, "not an archive", err, http.StatusUnprocessableEntity, "")
+	if after := countSandboxes(t, ctx, c); after != before {
+		t.Fatalf("refused imports created sandboxes: %d before, %d after", before, after)
+	}
+
+	isb, iop, err := c.ImportSandbox(ctx, client.CreateSandboxRequest{Metadata: map[string]string{"imported": "1"}}, bytes.NewReader(archive.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if op, err := c.DeleteSandbox(ctx, isb.ID); err == nil {
+			c.WaitOperation(ctx, op.ID)
+		}
+	})
+	if _, err := c.WaitOperation(ctx, iop.ID); err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	if r := sh(t, c, isb.ID, "cat state.txt"); strings.TrimSpace(r.stdout) != "one" {
+		t.Fatalf("imported sandbox sees %q", r.stdout)
+	}
+	icps, err := c.ListCheckpoints(ctx, isb.ID)
+	if err != nil || len(icps) != 1 || icps[0].Name != "c1" {
+		t.Fatalf("imported sandbox's checkpoints = %+v, %v", icps, err)
+	}
+
+	// Deleting the source removes its checkpoints; its forks run on.
+	op, err = c.DeleteSandbox(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitOperation(ctx, op.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(st.workerDir, "snapshots", sb.ID)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("snapshots of the deleted sandbox are still on the worker: %v", err)
+	}
+	if r := sh(t, c, f0, "cat state.txt"); strings.TrimSpace(r.stdout) != "fork0" {
+		t.Fatalf("fork after its source was deleted: %q", r.stdout)
+	}
+}
+
+// wantStatus fails unless err is an API error with status and a message
+// containing substr.
+func wantStatus(t *testing.T, what string, err error, status int, substr string) {
+	t.Helper()
+	var ae *client.APIError
+	if !errors.As(err, &ae) || ae.Status != status || !strings.Contains(ae.Message, substr) {
+		t.Fatalf("%s: got %v, want HTTP %d with %q", what, err, status, substr)
+	}
+}
+
+func countSandboxes(t *testing.T, ctx context.Context, c *client.Client) int {
+	t.Helper()
+	page, err := c.ListSandboxes(ctx, client.SandboxFilter{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(page.Sandboxes)
+}

@@ -1,0 +1,554 @@
+package service
+
+// Checkpoints, rollback, forks, export and import: the snapshot features
+// behind the per-org feature gate "snapshots" (model.FeatureSnapshots).
+//
+// A checkpoint or a rollback is a Task on the sandbox (model.Task) with an
+// operation, started through StartLifecycle so that it is serialized with
+// every other lifecycle request; the sandbox's worker runs it and reports
+// its outcome, and the controller completes the operation. Checkpoints live
+// in the snapshot store of the sandbox's worker, so forks are placed on that
+// worker (model.Source pins them). Export and import stream the portable
+// archive (internal/snapshot Export/Import) between the client and that
+// worker's data plane through the API server, with a server-signed token of
+// scope "snapshot".
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlock/airlock/internal/api/apitypes"
+	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/scheduler"
+	"github.com/airlock/airlock/internal/snapshot"
+	"github.com/airlock/airlock/internal/store"
+	"github.com/airlock/airlock/internal/token"
+)
+
+// checkpointName is what a checkpoint may be called.
+var checkpointName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+// snapshotRuntimes are the runtimes checkpoints, rollback and forks work on.
+var snapshotRuntimes = []string{"gvisor"}
+
+// streamClient moves archives to and from workers: no overall timeout (an
+// archive may be GiBs), the request's context bounds it.
+var streamClient = &http.Client{}
+
+// requireSnapshots returns the 403 that names the gate when org orgID does
+// not have it.
+func (s *Service) requireSnapshots(ctx context.Context, orgID string) error {
+	org, err := s.Store.GetOrg(ctx, orgID)
+	if err != nil && !errors.Is(err, model.ErrNotFound) {
+		return fmt.Errorf("get org %s: %w", orgID, err)
+	}
+	for _, f := range org.Features {
+		if f == model.FeatureSnapshots {
+			return nil
+		}
+	}
+	return model.Errorf(model.ErrForbidden, "checkpoints, rollback, forks and export/import need the %q feature gate, which org %s does not have; an admin of the %q org can enable it with PATCH /v1/orgs/%s {\"features\":[%q]}",
+		model.FeatureSnapshots, orgID, DefaultOrgName, orgID, model.FeatureSnapshots)
+}
+
+// snapshotSandbox returns sandbox id of p's org once the gate and the
+// runtime allow snapshot features on it.
+func (s *Service) snapshotSandbox(ctx context.Context, p Principal, id string) (model.Sandbox, error) {
+	sb, err := s.GetSandbox(ctx, p, id)
+	if err != nil {
+		return model.Sandbox{}, err
+	}
+	if err := s.requireSnapshots(ctx, sb.OrgID); err != nil {
+		return model.Sandbox{}, err
+	}
+	if !runtimeSnapshots(sb.Runtime) {
+		return model.Sandbox{}, model.Errorf(model.ErrConflict, "sandbox %s runs on the %s runtime; checkpoints, rollback and forks are available on the %s runtime only for now",
+			id, sb.Runtime, strings.Join(snapshotRuntimes, ", "))
+	}
+	return sb, nil
+}
+
+func runtimeSnapshots(rt string) bool {
+	for _, r := range snapshotRuntimes {
+		if rt == r {
+			return true
+		}
+	}
+	return false
+}
+
+// CreateCheckpoint starts writing checkpoint name of a running or paused
+// sandbox; the sandbox stays as it is. It returns the checkpoint operation.
+func (s *Service) CreateCheckpoint(ctx context.Context, p Principal, id, name string) (model.Operation, error) {
+	sb, err := s.snapshotSandbox(ctx, p, id)
+	if err != nil {
+		return model.Operation{}, err
+	}
+	if !checkpointName.MatchString(name) {
+		return model.Operation{}, model.Errorf(model.ErrUnprocessable, "checkpoint name %q is invalid: use 1-63 of a-z, 0-9, '.', '_' and '-', starting with a letter or digit", name)
+	}
+	op, started, err := StartLifecycle(ctx, s.Store, s.Events, LifecycleRequest{
+		SandboxID: sb.ID, Kind: model.OpCheckpoint, Now: s.now(), Deadline: s.deadline(),
+		Task: &model.Task{Checkpoint: name},
+		Guard: func(cur model.Sandbox) error {
+			if _, ok := cur.FindCheckpoint(name); ok {
+				return model.Errorf(model.ErrConflict, "sandbox %s already has a checkpoint named %q; choose another name", id, name)
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		return model.Operation{}, err
+	}
+	s.touch(ctx, sb.ID)
+	if started {
+		s.kick()
+	}
+	return op, nil
+}
+
+// ListCheckpoints returns the completed checkpoints of a sandbox, oldest
+// first.
+func (s *Service) ListCheckpoints(ctx context.Context, p Principal, id string) ([]model.Checkpoint, error) {
+	sb, err := s.GetSandbox(ctx, p, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.requireSnapshots(ctx, sb.OrgID); err != nil {
+		return nil, err
+	}
+	if sb.Checkpoints == nil {
+		return []model.Checkpoint{}, nil
+	}
+	return sb.Checkpoints, nil
+}
+
+// RollbackSandbox starts restoring a running or paused sandbox from one of
+// its checkpoints (memory, processes and files); it is running afterwards.
+func (s *Service) RollbackSandbox(ctx context.Context, p Principal, id, checkpoint string) (model.Operation, error) {
+	sb, err := s.snapshotSandbox(ctx, p, id)
+	if err != nil {
+		return model.Operation{}, err
+	}
+	if checkpoint == "" {
+		return model.Operation{}, model.Errorf(model.ErrUnprocessable, "checkpoint is required: the name of one of the sandbox's checkpoints (GET /v1/sandboxes/%s/checkpoints)", id)
+	}
+	task := &model.Task{Checkpoint: checkpoint}
+	op, started, err := StartLifecycle(ctx, s.Store, s.Events, LifecycleRequest{
+		SandboxID: sb.ID, Kind: model.OpRollback, Now: s.now(), Deadline: s.deadline(),
+		Task: task,
+		Guard: func(cur model.Sandbox) error {
+			cp, ok := cur.FindCheckpoint(checkpoint)
+			if !ok {
+				return model.Errorf(model.ErrNotFound, "sandbox %s has no checkpoint named %q; GET /v1/sandboxes/%s/checkpoints lists them", id, checkpoint, id)
+			}
+			task.SnapshotID = cp.SnapshotID // StartLifecycle copies the task after the guard
+			return nil
+		},
+	})
+	if err != nil {
+		return model.Operation{}, err
+	}
+	s.touch(ctx, sb.ID)
+	if started {
+		s.kick()
+	}
+	return op, nil
+}
+
+// ForkSandboxes creates req.Count sandboxes (default 1) that start from
+// checkpoint req.FromCheckpoint, on the worker that holds it. Each fork
+// has its own create operation of kind fork. A repeated idempotencyKey
+// returns the forks of the first call.
+func (s *Service) ForkSandboxes(ctx context.Context, p Principal, req apitypes.CreateSandboxRequest, idempotencyKey string) ([]apitypes.CreateSandboxResponse, error) {
+	ref := req.FromCheckpoint
+	if ref == nil {
+		return nil, model.Errorf(model.ErrUnprocessable, "from_checkpoint is required to fork")
+	}
+	if req.Template != "" || req.Runtime != "" || req.Resources != (model.Resources{}) {
+		return nil, model.Errorf(model.ErrUnprocessable, "a fork takes the template, runtime and resources of its checkpoint; leave template, runtime and resources out")
+	}
+	if req.Import != "" {
+		return nil, model.Errorf(model.ErrUnprocessable, "from_checkpoint and import exclude each other")
+	}
+	count := req.Count
+	if count == 0 {
+		count = 1
+	}
+	if count < 1 || count > apitypes.MaxForks {
+		return nil, model.Errorf(model.ErrUnprocessable, "count is %d; it must be between 1 and %d", req.Count, apitypes.MaxForks)
+	}
+	if len(idempotencyKey)+4 > MaxIdempotencyKey {
+		return nil, model.Errorf(model.ErrUnprocessable, "Idempotency-Key is longer than %d characters", MaxIdempotencyKey-4)
+	}
+	src, err := s.snapshotSandbox(ctx, p, ref.SandboxID)
+	if err != nil {
+		return nil, err
+	}
+	cp, ok := src.FindCheckpoint(ref.Checkpoint)
+	if !ok {
+		return nil, model.Errorf(model.ErrNotFound, "sandbox %s has no checkpoint named %q; GET /v1/sandboxes/%s/checkpoints lists them", src.ID, ref.Checkpoint, src.ID)
+	}
+	if src.DesiredState == model.StateDeleted || src.State.Terminal() && src.State != model.StateFailed || src.WorkerID == "" {
+		return nil, model.Errorf(model.ErrConflict, "sandbox %s is %s; its checkpoints are gone or unreachable", src.ID, src.State)
+	}
+	base, err := s.newSandbox(ctx, p, req)
+	if err != nil {
+		return nil, err
+	}
+	base.Template, base.TemplateDigest, base.Runtime, base.Resources = src.Template, src.TemplateDigest, src.Runtime, src.Resources
+	base.Source = &model.Source{WorkerID: src.WorkerID, SandboxID: src.ID, Checkpoint: cp.Name, SnapshotID: cp.SnapshotID}
+	out := make([]apitypes.CreateSandboxResponse, 0, count)
+	for i := range count {
+		sb := base
+		sb.ID = NewID("sb")
+		op := s.createOp(sb, model.OpFork)
+		key := ""
+		if idempotencyKey != "" {
+			key = idempotencyKey + "#" + strconv.Itoa(i)
+		}
+		sb, op, existed, err := s.Store.CreateSandbox(ctx, sb, op, key)
+		if err != nil {
+			return out, fmt.Errorf("create fork %d of %d: %w", i+1, count, err)
+		}
+		if existed {
+			sb, op = s.current(ctx, sb, op)
+		} else {
+			s.publish(ctx, &sb, &op)
+		}
+		out = append(out, apitypes.CreateSandboxResponse{Sandbox: sb, Operation: op})
+	}
+	s.touch(ctx, src.ID)
+	s.kick()
+	return out, nil
+}
+
+// newSandbox is a pending sandbox of p's org with the per-request settings
+// of req (env, metadata, timeout, idle, auto-wake); the caller sets the
+// template, runtime, resources and source.
+func (s *Service) newSandbox(ctx context.Context, p Principal, req apitypes.CreateSandboxRequest) (model.Sandbox, error) {
+	if err := validateEnv("env", req.Env); err != nil {
+		return model.Sandbox{}, err
+	}
+	if err := validateMetadata(req.Metadata); err != nil {
+		return model.Sandbox{}, err
+	}
+	if req.TimeoutS < 0 {
+		return model.Sandbox{}, model.Errorf(model.ErrUnprocessable, "timeout_s is %d; it must be 0 (no expiry) or more", req.TimeoutS)
+	}
+	idle, err := s.idleSuspend(ctx, p.OrgID, req.IdleSuspendAfterS)
+	if err != nil {
+		return model.Sandbox{}, err
+	}
+	now := s.now()
+	sb := model.Sandbox{
+		OrgID: p.OrgID, State: model.StatePending, DesiredState: model.StateRunning,
+		Env: req.Env, Metadata: req.Metadata, TimeoutS: req.TimeoutS,
+		CreatedAt: now, UpdatedAt: now, LastActivityAt: now,
+		IdleSuspendS: idle, NoAutoWake: req.AutoWake != nil && !*req.AutoWake,
+	}
+	if req.TimeoutS > 0 {
+		exp := now.Add(time.Duration(req.TimeoutS) * time.Second)
+		sb.ExpiresAt = &exp
+	}
+	return sb, nil
+}
+
+func (s *Service) createOp(sb model.Sandbox, kind model.OperationKind) model.Operation {
+	now := s.now()
+	return model.Operation{
+		ID: NewID("op"), OrgID: sb.OrgID, SandboxID: sb.ID, Kind: kind, State: model.OpPending,
+		Target: model.StateRunning, CreatedAt: now, UpdatedAt: now, Deadline: now.Add(s.deadline()),
+	}
+}
+
+// Export is a checkpoint archive on its way from the worker.
+type Export struct {
+	Body     io.ReadCloser
+	Size     int64 // -1 if unknown
+	Filename string
+}
+
+// ExportCheckpoint opens the portable archive of checkpoint name of a
+// sandbox (streamed from its worker). The caller closes Body.
+func (s *Service) ExportCheckpoint(ctx context.Context, p Principal, id, name string) (Export, error) {
+	sb, err := s.GetSandbox(ctx, p, id)
+	if err != nil {
+		return Export{}, err
+	}
+	if err := s.requireSnapshots(ctx, sb.OrgID); err != nil {
+		return Export{}, err
+	}
+	cp, ok := sb.FindCheckpoint(name)
+	if !ok {
+		return Export{}, model.Errorf(model.ErrNotFound, "sandbox %s has no checkpoint named %q; GET /v1/sandboxes/%s/checkpoints lists them", id, name, id)
+	}
+	if sb.DesiredState == model.StateDeleted || sb.State == model.StateDeleted {
+		return Export{}, model.Errorf(model.ErrConflict, "sandbox %s is being deleted; its checkpoints go with it", id)
+	}
+	w, err := s.workerOf(ctx, sb)
+	if err != nil {
+		return Export{}, err
+	}
+	tok, err := s.sign(ctx, token.Claims{SandboxID: sb.ID, OrgID: sb.OrgID, Scope: token.ScopeSnapshot, Snapshot: cp.SnapshotID,
+		Expires: s.now().Add(time.Minute).Unix()})
+	if err != nil {
+		return Export{}, err
+	}
+	u := strings.TrimRight(w.DataPlaneURL, "/") + "/v1/sandboxes/" + url.PathEscape(sb.ID) + "/snapshots/" + url.PathEscape(cp.SnapshotID) + "/export"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return Export{}, fmt.Errorf("export: build request: %w", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := streamClient.Do(req)
+	if err != nil {
+		return Export{}, model.Errorf(model.ErrUnavailable, "worker %s did not answer exporting checkpoint %q of %s: %v", w.ID, name, id, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		return Export{}, workerError(resp, w.ID, "exporting checkpoint "+strconv.Quote(name)+" of "+id)
+	}
+	s.touch(ctx, sb.ID)
+	return Export{Body: resp.Body, Size: resp.ContentLength, Filename: sb.ID + "-" + name + ".tar"}, nil
+}
+
+// workerOf returns the registered worker of a placed sandbox.
+func (s *Service) workerOf(ctx context.Context, sb model.Sandbox) (model.Worker, error) {
+	if sb.WorkerID == "" {
+		return model.Worker{}, model.Errorf(model.ErrConflict, "sandbox %s is not placed on a worker yet; retry when it is running", sb.ID)
+	}
+	w, err := s.Store.GetWorker(ctx, sb.WorkerID)
+	if errors.Is(err, model.ErrNotFound) {
+		return model.Worker{}, model.Errorf(model.ErrUnavailable, "worker %s of sandbox %s is not registered; retry shortly", sb.WorkerID, sb.ID)
+	}
+	if err != nil {
+		return model.Worker{}, fmt.Errorf("get worker %s: %w", sb.WorkerID, err)
+	}
+	if w.DataPlaneURL == "" {
+		return model.Worker{}, model.Errorf(model.ErrUnavailable, "worker %s has no data-plane URL", w.ID)
+	}
+	return w, nil
+}
+
+// workerError turns a worker's error answer into a model error with its
+// message: 4xx keep their meaning, anything else is unavailable.
+func workerError(resp *http.Response, wid, what string) error {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	msg := strings.TrimSpace(string(body))
+	var eb apitypes.ErrorResponse
+	if json.Unmarshal(body, &eb) == nil && eb.Error.Message != "" {
+		msg = eb.Error.Message
+	}
+	switch resp.StatusCode {
+	case http.StatusBadRequest, http.StatusUnprocessableEntity:
+		return model.Errorf(model.ErrUnprocessable, "%s", msg)
+	case http.StatusNotFound:
+		return model.Errorf(model.ErrNotFound, "%s", msg)
+	case http.StatusConflict:
+		return model.Errorf(model.ErrConflict, "%s", msg)
+	case http.StatusRequestEntityTooLarge:
+		return model.Errorf(model.ErrTooLarge, "%s", msg)
+	}
+	return model.Errorf(model.ErrUnavailable, "worker %s answered %s %s: %s", wid, resp.Status, what, msg)
+}
+
+// ImportSandbox creates a sandbox from a checkpoint archive: it reads the
+// archive's manifest, picks a worker that has the archive's template and
+// runtime, streams the archive into that worker's snapshot store (which
+// verifies every artifact) and records a pending sandbox that starts from
+// it, with the archive's checkpoint listed under its name. On failure
+// nothing is recorded and the worker drops what it received.
+func (s *Service) ImportSandbox(ctx context.Context, p Principal, req apitypes.CreateSandboxRequest, archive io.Reader, idempotencyKey string) (model.Sandbox, model.Operation, error) {
+	if err := s.requireSnapshots(ctx, p.OrgID); err != nil {
+		return model.Sandbox{}, model.Operation{}, err
+	}
+	if req.Template != "" || req.Runtime != "" || req.Resources != (model.Resources{}) || req.FromCheckpoint != nil || req.Count != 0 {
+		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "an imported sandbox takes the template, runtime and resources of its archive; leave template, runtime, resources, from_checkpoint and count out")
+	}
+	if len(idempotencyKey) > MaxIdempotencyKey {
+		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "Idempotency-Key is longer than %d characters", MaxIdempotencyKey)
+	}
+	m, stream, err := peekManifest(archive)
+	if err != nil {
+		return model.Sandbox{}, model.Operation{}, err
+	}
+	if !runtimeSnapshots(m.Runtime) {
+		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "the archive was written by the %q runtime; imports work for the %s runtime only for now", m.Runtime, strings.Join(snapshotRuntimes, ", "))
+	}
+	if m.TemplateDigest == "" {
+		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "the archive's manifest does not name the template it was taken on (template_digest); export it again with this version")
+	}
+	tpl, err := s.Store.GetTemplateByDigest(ctx, m.TemplateDigest)
+	if errors.Is(err, model.ErrNotFound) {
+		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "the archive was taken on template %s (%s), which this installation does not have; %s", m.Template, m.TemplateDigest, templateListingHint)
+	}
+	if err != nil {
+		return model.Sandbox{}, model.Operation{}, fmt.Errorf("get template %s: %w", m.TemplateDigest, err)
+	}
+	sb, err := s.newSandbox(ctx, p, req)
+	if err != nil {
+		return model.Sandbox{}, model.Operation{}, err
+	}
+	sb.ID = NewID("sb")
+	sb.Template, sb.TemplateDigest, sb.Runtime = m.Template, tpl.Digest, m.Runtime
+	if sb.Template == "" {
+		sb.Template = tpl.Digest
+	}
+	sb.Resources = model.Resources{VCPUs: m.VCPUs, MemoryMiB: m.MemoryMiB}
+	if sb.Resources.VCPUs < MinVCPUs || sb.Resources.VCPUs > MaxVCPUs || sb.Resources.MemoryMiB < MinMemoryMiB || sb.Resources.MemoryMiB > MaxMemoryMiB {
+		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "the archive's resources (%d vCPUs, %d MiB) are outside what a sandbox may have", m.VCPUs, m.MemoryMiB)
+	}
+	workers, err := s.Store.ListWorkers(ctx)
+	if err != nil {
+		return model.Sandbox{}, model.Operation{}, fmt.Errorf("list workers: %w", err)
+	}
+	sbs, err := s.allSandboxes(ctx)
+	if err != nil {
+		return model.Sandbox{}, model.Operation{}, err
+	}
+	wid, err := scheduler.Pick(workers, scheduler.LoadOf(sbs), scheduler.RequestFor(sb), s.now(), WorkerHeartbeatTTL)
+	if err != nil {
+		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnavailable, "no worker can take the imported sandbox: %v", err)
+	}
+	var w model.Worker
+	for _, x := range workers {
+		if x.ID == wid {
+			w = x
+		}
+	}
+	got, err := s.sendArchive(ctx, w, sb, stream)
+	if err != nil {
+		return model.Sandbox{}, model.Operation{}, err
+	}
+	name := got.Name
+	if name == "" {
+		name = "imported"
+	}
+	sb.Source = &model.Source{WorkerID: w.ID, SandboxID: sb.ID, Checkpoint: name, SnapshotID: got.ID}
+	sb.Checkpoints = []model.Checkpoint{{Name: name, SnapshotID: got.ID, Bytes: got.Bytes, CreatedAt: s.now()}}
+	op := s.createOp(sb, model.OpCreate)
+	osb, oop, existed, err := s.Store.CreateSandbox(ctx, sb, op, idempotencyKey)
+	if err != nil || existed {
+		s.dropSnapshots(w, sb)
+	}
+	if err != nil {
+		return model.Sandbox{}, model.Operation{}, fmt.Errorf("create imported sandbox: %w", err)
+	}
+	if existed {
+		osb, oop = s.current(ctx, osb, oop)
+		return osb, oop, nil
+	}
+	s.publish(ctx, &osb, &oop)
+	s.kick()
+	return osb, oop, nil
+}
+
+// allSandboxes lists every sandbox (for placement).
+func (s *Service) allSandboxes(ctx context.Context) ([]model.Sandbox, error) {
+	var all []model.Sandbox
+	f := store.SandboxFilter{Limit: 500}
+	for {
+		page, next, err := s.Store.ListSandboxes(ctx, f)
+		if err != nil {
+			return nil, fmt.Errorf("list sandboxes: %w", err)
+		}
+		all = append(all, page...)
+		if next == "" || len(page) == 0 {
+			return all, nil
+		}
+		f.Cursor = next
+	}
+}
+
+// sendArchive streams an archive into worker w's snapshot store under
+// sandbox sb and returns the committed manifest.
+func (s *Service) sendArchive(ctx context.Context, w model.Worker, sb model.Sandbox, archive io.Reader) (snapshot.Manifest, error) {
+	tok, err := s.sign(ctx, token.Claims{SandboxID: sb.ID, OrgID: sb.OrgID, Scope: token.ScopeSnapshot, Expires: s.now().Add(time.Minute).Unix()})
+	if err != nil {
+		return snapshot.Manifest{}, err
+	}
+	u := strings.TrimRight(w.DataPlaneURL, "/") + "/v1/sandboxes/" + url.PathEscape(sb.ID) + "/snapshots"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, archive)
+	if err != nil {
+		return snapshot.Manifest{}, fmt.Errorf("import: build request: %w", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", "application/x-tar")
+	resp, err := streamClient.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return snapshot.Manifest{}, fmt.Errorf("import: %w", ctx.Err())
+		}
+		return snapshot.Manifest{}, model.Errorf(model.ErrUnavailable, "worker %s did not take the archive: %v", w.ID, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated {
+		return snapshot.Manifest{}, workerError(resp, w.ID, "importing an archive")
+	}
+	var m snapshot.Manifest
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&m); err != nil {
+		return snapshot.Manifest{}, fmt.Errorf("import: decode the worker's manifest: %w", err)
+	}
+	return m, nil
+}
+
+// dropSnapshots asks worker w to delete what it holds for sandbox sb (an
+// import that was not recorded). Best effort: workers also drop snapshots
+// of sandboxes nobody assigned them (worker.OrphanSnapshotAge).
+func (s *Service) dropSnapshots(w model.Worker, sb model.Sandbox) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tok, err := s.sign(ctx, token.Claims{SandboxID: sb.ID, OrgID: sb.OrgID, Scope: token.ScopeSnapshot, Expires: s.now().Add(time.Minute).Unix()})
+	if err != nil {
+		return
+	}
+	u := strings.TrimRight(w.DataPlaneURL, "/") + "/v1/sandboxes/" + url.PathEscape(sb.ID) + "/snapshots"
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, u, nil)
+	if err != nil {
+		return
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	if resp, err := s.httpClient().Do(req); err == nil {
+		resp.Body.Close()
+	} else {
+		s.logger().Warn("drop imported snapshot", "worker", w.ID, "sandbox", sb.ID, "err", err)
+	}
+}
+
+// maxManifest bounds the manifest peekManifest reads.
+const maxManifest = 1 << 20
+
+// peekManifest reads the manifest (the archive's first entry) and returns
+// it with a reader that yields the whole archive again.
+func peekManifest(archive io.Reader) (snapshot.Manifest, io.Reader, error) {
+	var seen bytes.Buffer
+	tr := tar.NewReader(io.TeeReader(archive, &seen))
+	h, err := tr.Next()
+	if err != nil {
+		return snapshot.Manifest{}, nil, model.Errorf(model.ErrUnprocessable, "the archive is not a checkpoint archive (a tar stream from GET /v1/sandboxes/{id}/checkpoints/{name}/export): %v", err)
+	}
+	if h.Name != snapshot.ManifestFile || h.Size > maxManifest {
+		return snapshot.Manifest{}, nil, model.Errorf(model.ErrUnprocessable, "the archive's first entry is %q; a checkpoint archive starts with %s", h.Name, snapshot.ManifestFile)
+	}
+	data, err := io.ReadAll(tr)
+	if err != nil {
+		return snapshot.Manifest{}, nil, model.Errorf(model.ErrUnprocessable, "read the archive's manifest: %v", err)
+	}
+	var m snapshot.Manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		return snapshot.Manifest{}, nil, model.Errorf(model.ErrUnprocessable, "the archive's manifest is not valid: %v", err)
+	}
+	return m, io.MultiReader(bytes.NewReader(seen.Bytes()), archive), nil
+}

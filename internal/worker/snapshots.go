@@ -1,0 +1,368 @@
+package worker
+
+// Snapshot features (feature gate "snapshots"): the worker's side.
+//
+// Tasks: an assignment may carry a model.Task. A checkpoint writes a
+// committed snapshot of kind checkpoint (Snapshotter.Checkpoint with
+// leaveRunning: the sandbox keeps running, or stays paused); a rollback
+// releases the runtime and restores the sandbox under its own id from a
+// checkpoint. The outcome is reported in Observed.Task until the
+// assignment drops the task. A checkpoint task that finds a committed
+// checkpoint of that name (a worker restart after it committed) reports it
+// instead of writing another.
+//
+// Sources: a sandbox whose assignment has a model.Source (a fork, an
+// import) starts by restoring that snapshot under its own id instead of
+// booting its template.
+//
+// Data plane, for the server only (token scope "snapshot"):
+//
+//	GET    /v1/sandboxes/{sid}/snapshots/{snap}/export  → application/x-tar (snapshot.Store.Export)
+//	POST   /v1/sandboxes/{sid}/snapshots  tar body      → 201 snapshot.Manifest (snapshot.Store.Import)
+//	DELETE /v1/sandboxes/{sid}/snapshots                → 204 (only for a sandbox the worker does not run)
+//
+// Snapshots of sandboxes that are neither assigned nor known here (an
+// import whose sandbox was never recorded) are removed once they are
+// OrphanSnapshotAge old.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/airlock/airlock/internal/agentclient"
+	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/runtime"
+	"github.com/airlock/airlock/internal/snapshot"
+	"github.com/airlock/airlock/internal/token"
+	"github.com/airlock/airlock/internal/workerapi"
+)
+
+// OrphanSnapshotAge is how old the snapshots of a sandbox nobody assigned
+// to this worker must be before they are removed.
+const OrphanSnapshotAge = time.Hour
+
+// templateSnapshotPrefix starts the store ids under which template
+// images are kept (never orphans).
+const templateSnapshotPrefix = "tpl-"
+
+// TaskTimeout bounds one checkpoint or rollback.
+const TaskTimeout = 10 * time.Minute
+
+// startTask runs task t on sb (running or paused); w.mu is held.
+func (w *Worker) startTask(ctx context.Context, sb *sandbox, t model.Task) {
+	snap, ok := w.cfg.Driver.(runtime.Snapshotter)
+	if !ok || w.cfg.Snapshots == nil {
+		sb.taskResult = &workerapi.TaskResult{OperationID: t.OperationID, Error: "worker " + w.cfg.ID + " cannot snapshot sandboxes"}
+		w.changed()
+		return
+	}
+	sb.busy = true
+	spec, paused := sb.spec, sb.state == model.StatePaused
+	w.actions.Add(1)
+	go func() {
+		defer w.actions.Done()
+		// Like a suspend, a task finishes even when the worker stops.
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), TaskTimeout)
+		defer cancel()
+		var res workerapi.TaskResult
+		switch t.Kind {
+		case model.OpCheckpoint:
+			res = w.checkpointTask(tctx, sb, snap, spec, t, paused)
+		case model.OpRollback:
+			res = w.rollbackTask(tctx, sb, snap, spec, t)
+		default:
+			res = workerapi.TaskResult{Error: fmt.Sprintf("unknown task %q", t.Kind)}
+		}
+		res.OperationID = t.OperationID
+		w.mu.Lock()
+		sb.busy = false
+		sb.taskResult = &res
+		w.changed()
+		w.mu.Unlock()
+	}()
+}
+
+// checkpointTask writes checkpoint t.Checkpoint of sb, which keeps running
+// (or stays paused).
+func (w *Worker) checkpointTask(ctx context.Context, sb *sandbox, snap runtime.Snapshotter, s model.Sandbox, t model.Task, paused bool) workerapi.TaskResult {
+	if m, ok := w.findCheckpoint(sb.id, t.Checkpoint); ok {
+		return workerapi.TaskResult{SnapshotID: m.ID, Bytes: m.Bytes}
+	}
+	t0 := time.Now()
+	p, err := w.cfg.Snapshots.Begin(sb.id)
+	if err != nil {
+		return workerapi.TaskResult{Error: "begin snapshot: " + err.Error()}
+	}
+	cerr := snap.Checkpoint(ctx, sb.id, p.Dir(), true)
+	// The agent's channel was re-established (see runtime.Snapshotter): a
+	// new client dials the new connection.
+	w.mu.Lock()
+	if sb.agent != nil {
+		sb.agent.Close()
+		sb.agent = nil
+	}
+	if sb.handle != nil {
+		sb.agent = newAgentClient(sb.handle)
+	}
+	ac := sb.agent
+	w.mu.Unlock()
+	if cerr != nil {
+		_ = p.Abort()
+		w.taskLostRuntime(ctx, sb, "checkpoint", cerr)
+		return workerapi.TaskResult{Error: cerr.Error()}
+	}
+	m, err := p.Commit(w.snapshotMeta(s, snapshot.KindCheckpoint, t.Checkpoint))
+	if err != nil {
+		_ = p.Abort()
+		return workerapi.TaskResult{Error: "commit snapshot: " + err.Error()}
+	}
+	if !paused && ac != nil {
+		// Data-plane requests wait while the task is busy; let them find
+		// the agent answering.
+		if err := ac.WaitReady(ctx); err != nil {
+			w.log.Warn("agent after checkpoint", "sandbox", sb.id, "err", err)
+		}
+	}
+	w.log.Info("checkpoint written", "sandbox", sb.id, "checkpoint", t.Checkpoint, "snapshot", m.ID, "bytes", m.Bytes, "took", time.Since(t0))
+	return workerapi.TaskResult{SnapshotID: m.ID, Bytes: m.Bytes}
+}
+
+// rollbackTask restores sb under its own id from checkpoint t.SnapshotID.
+func (w *Worker) rollbackTask(ctx context.Context, sb *sandbox, snap runtime.Snapshotter, s model.Sandbox, t model.Task) workerapi.TaskResult {
+	t0 := time.Now()
+	m, dir, err := w.cfg.Snapshots.Get(sb.id, t.SnapshotID)
+	if err != nil {
+		// Nothing was touched: the sandbox runs on as it was.
+		return workerapi.TaskResult{Error: fmt.Sprintf("checkpoint %q (snapshot %s): %v", t.Checkpoint, t.SnapshotID, err)}
+	}
+	w.mu.Lock()
+	closeSandbox(sb)
+	w.mu.Unlock()
+	if err := w.cfg.Driver.Delete(ctx, sb.id); err != nil {
+		w.taskLostRuntime(ctx, sb, "rollback", err)
+		return workerapi.TaskResult{Error: "release the runtime: " + err.Error()}
+	}
+	h, ac, err := w.restoreFrom(ctx, s, m, dir, snap)
+	if err != nil {
+		w.mu.Lock()
+		sb.state, sb.reason = model.StateFailed, "rollback to checkpoint "+t.Checkpoint+" failed and the sandbox was lost: "+err.Error()
+		w.mu.Unlock()
+		return workerapi.TaskResult{Error: err.Error()}
+	}
+	w.mu.Lock()
+	sb.state, sb.reason, sb.handle, sb.agent = model.StateRunning, "", h, ac
+	w.mu.Unlock()
+	w.log.Info("sandbox rolled back", "sandbox", sb.id, "checkpoint", t.Checkpoint, "took", time.Since(t0))
+	return workerapi.TaskResult{}
+}
+
+// taskLostRuntime marks sb failed when a failed task took its runtime
+// with it (and releases what is left); a runtime still there is kept.
+func (w *Worker) taskLostRuntime(ctx context.Context, sb *sandbox, what string, cause error) {
+	st, err := w.cfg.Driver.Status(ctx, sb.id)
+	if err == nil && (st == runtime.StatusRunning || st == runtime.StatusPaused) {
+		w.log.Warn(what+" failed; the sandbox runs on", "sandbox", sb.id, "err", cause)
+		return
+	}
+	w.log.Error(what+" failed and the sandbox was lost", "sandbox", sb.id, "status", st, "err", cause)
+	w.mu.Lock()
+	closeSandbox(sb)
+	sb.state, sb.reason = model.StateFailed, what+" failed and the sandbox was lost: "+cause.Error()
+	w.mu.Unlock()
+	if err := w.cfg.Driver.Delete(context.WithoutCancel(ctx), sb.id); err != nil {
+		w.log.Error("release lost sandbox", "sandbox", sb.id, "err", err)
+	}
+}
+
+// snapshotMeta describes a snapshot of s for its manifest.
+func (w *Worker) snapshotMeta(s model.Sandbox, kind, name string) snapshot.Meta {
+	rt := s.Runtime
+	if rt == "" {
+		rt = w.cfg.Driver.Name()
+	}
+	return snapshot.Meta{Kind: kind, Name: name, Runtime: rt, Template: s.Template, TemplateDigest: s.TemplateDigest,
+		VCPUs: s.Resources.VCPUs, MemoryMiB: s.Resources.MemoryMiB}
+}
+
+// findCheckpoint returns the committed checkpoint of sandbox id named name.
+func (w *Worker) findCheckpoint(id, name string) (snapshot.Manifest, bool) {
+	ms, err := w.cfg.Snapshots.List(id)
+	if err != nil {
+		return snapshot.Manifest{}, false
+	}
+	for _, m := range ms {
+		if m.Kind == snapshot.KindCheckpoint && m.Name == name {
+			return m, true
+		}
+	}
+	return snapshot.Manifest{}, false
+}
+
+// startFromSource restores s from its Source snapshot (a fork or an
+// import) under its own id.
+func (w *Worker) startFromSource(ctx context.Context, s model.Sandbox) (runtime.Sandbox, *agentclient.Client, error) {
+	snap, ok := w.cfg.Driver.(runtime.Snapshotter)
+	if !ok || w.cfg.Snapshots == nil {
+		return nil, nil, fmt.Errorf("worker %s cannot restore snapshots", w.cfg.ID)
+	}
+	src := s.Source
+	m, dir, err := w.cfg.Snapshots.Get(src.SandboxID, src.SnapshotID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the snapshot to start from (checkpoint %q of %s) is not usable: %w", src.Checkpoint, src.SandboxID, err)
+	}
+	return w.restoreFrom(ctx, s, m, dir, snap)
+}
+
+// ---- data plane ----
+
+func (w *Worker) snapshotHandlers(mux *http.ServeMux) {
+	mux.HandleFunc("GET /v1/sandboxes/{sid}/snapshots/{snap}/export", w.handleExport)
+	mux.HandleFunc("POST /v1/sandboxes/{sid}/snapshots", w.handleImport)
+	mux.HandleFunc("DELETE /v1/sandboxes/{sid}/snapshots", w.handleDropSnapshots)
+}
+
+func (w *Worker) handleExport(rw http.ResponseWriter, r *http.Request) {
+	c, err := w.authorize(r, token.ScopeSnapshot)
+	if err != nil {
+		writeError(rw, err)
+		return
+	}
+	sid, snap := r.PathValue("sid"), r.PathValue("snap")
+	if c.Snapshot != snap {
+		writeError(rw, model.Errorf(model.ErrForbidden, "token is for another snapshot"))
+		return
+	}
+	if w.cfg.Snapshots == nil {
+		writeError(rw, model.Errorf(model.ErrNotFound, "worker %s has no snapshot store", w.cfg.ID))
+		return
+	}
+	if _, _, err := w.cfg.Snapshots.Get(sid, snap); err != nil {
+		writeError(rw, snapshotError(err, sid, snap))
+		return
+	}
+	rw.Header().Set("Content-Type", "application/x-tar")
+	rw.WriteHeader(http.StatusOK)
+	if err := w.cfg.Snapshots.Export(r.Context(), sid, snap, rw); err != nil {
+		// Headers are out: cutting the stream short is all that is left;
+		// the importer's checks reject a truncated archive.
+		w.log.Warn("export cut short", "sandbox", sid, "snapshot", snap, "err", err)
+		panic(http.ErrAbortHandler)
+	}
+}
+
+func (w *Worker) handleImport(rw http.ResponseWriter, r *http.Request) {
+	if _, err := w.authorize(r, token.ScopeSnapshot); err != nil {
+		writeError(rw, err)
+		return
+	}
+	sid := r.PathValue("sid")
+	if w.cfg.Snapshots == nil {
+		writeError(rw, model.Errorf(model.ErrConflict, "worker %s has no snapshot store", w.cfg.ID))
+		return
+	}
+	w.mu.Lock()
+	known := w.sandboxes[sid] != nil
+	w.mu.Unlock()
+	if known {
+		writeError(rw, model.Errorf(model.ErrConflict, "sandbox %s already exists on worker %s", sid, w.cfg.ID))
+		return
+	}
+	m, err := w.cfg.Snapshots.Import(r.Context(), sid, r.Body)
+	if err != nil {
+		writeError(rw, importError(err))
+		return
+	}
+	if w.cfg.RootFS(m.TemplateDigest) == "" {
+		_ = w.cfg.Snapshots.DeleteSandbox(sid)
+		writeError(rw, model.Errorf(model.ErrUnprocessable, "the archive was taken on template %s (%s), which worker %s does not have", m.Template, m.TemplateDigest, w.cfg.ID))
+		return
+	}
+	w.log.Info("snapshot imported", "sandbox", sid, "snapshot", m.ID, "bytes", m.Bytes)
+	rw.Header().Set("Content-Type", "application/json")
+	rw.WriteHeader(http.StatusCreated)
+	_ = json.NewEncoder(rw).Encode(m)
+}
+
+func (w *Worker) handleDropSnapshots(rw http.ResponseWriter, r *http.Request) {
+	if _, err := w.authorize(r, token.ScopeSnapshot); err != nil {
+		writeError(rw, err)
+		return
+	}
+	sid := r.PathValue("sid")
+	w.mu.Lock()
+	known := w.sandboxes[sid] != nil
+	w.mu.Unlock()
+	if known {
+		writeError(rw, model.Errorf(model.ErrConflict, "sandbox %s runs on worker %s; delete the sandbox instead", sid, w.cfg.ID))
+		return
+	}
+	if w.cfg.Snapshots != nil {
+		if err := w.cfg.Snapshots.DeleteSandbox(sid); err != nil {
+			writeError(rw, err)
+			return
+		}
+	}
+	rw.WriteHeader(http.StatusNoContent)
+}
+
+// importError keeps an archive's faults as 422 with their message.
+func importError(err error) error {
+	if errors.Is(err, model.ErrInvalid) {
+		msg := strings.TrimSuffix(err.Error(), ": invalid")
+		if _, rest, ok := strings.Cut(msg, "snapshot: import into "); ok {
+			if _, rest, ok = strings.Cut(rest, ": "); ok {
+				msg = rest // drop the id of a sandbox that will not exist
+			}
+		}
+		return model.Errorf(model.ErrUnprocessable, "the archive was rejected: %s", msg)
+	}
+	return err
+}
+
+func snapshotError(err error, sid, snap string) error {
+	if errors.Is(err, snapshot.ErrNotFound) {
+		return model.Errorf(model.ErrNotFound, "snapshot %s of %s is not on this worker", snap, sid)
+	}
+	return err
+}
+
+// ---- orphans ----
+
+// dropOrphanSnapshots removes the snapshots of sandboxes that are neither
+// assigned nor known here, once OrphanSnapshotAge old; w.mu is held.
+func (w *Worker) dropOrphanSnapshots(assigned map[string]bool, now time.Time) {
+	if w.cfg.Snapshots == nil || now.Before(w.orphanCheckAt) {
+		return
+	}
+	w.orphanCheckAt = now.Add(OrphanSnapshotAge / 4)
+	ids, err := w.cfg.Snapshots.Sandboxes()
+	if err != nil {
+		w.log.Warn("list snapshot store", "err", err)
+		return
+	}
+	for id, mod := range ids {
+		if assigned[id] || w.sandboxes[id] != nil || w.sourceInUse(id) || now.Sub(mod) < OrphanSnapshotAge || strings.HasPrefix(id, templateSnapshotPrefix) {
+			continue
+		}
+		w.log.Info("removing snapshots of a sandbox not assigned to this worker", "sandbox", id, "last_change", mod)
+		if err := w.cfg.Snapshots.DeleteSandbox(id); err != nil {
+			w.log.Warn("remove orphan snapshots", "sandbox", id, "err", err)
+		}
+	}
+}
+
+// sourceInUse reports whether a local sandbox starts from a snapshot of
+// sandbox id; w.mu is held.
+func (w *Worker) sourceInUse(id string) bool {
+	for _, sb := range w.sandboxes {
+		if src := sb.spec.Source; src != nil && src.SandboxID == id && sb.state == model.StateStarting {
+			return true
+		}
+	}
+	return false
+}
