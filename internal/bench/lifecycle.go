@@ -24,6 +24,7 @@ const (
 	MSuspendPrefix = "suspend_latency_"
 	MWakePrefix    = "wake_latency_"
 	MWarmCreate    = "create_to_first_exec_warm_pool"
+	MImageCreate   = "create_to_first_exec_template_image"
 )
 
 // Measurement groups Config.Only selects from.
@@ -34,10 +35,11 @@ const (
 	GroupLifecycle = "lifecycle" // pause and resume
 	GroupSuspend   = "suspend"   // suspend and wake with dirtied memory
 	GroupPool      = "pool"      // create → first exec from a warm pool
+	GroupTemplate  = "template"  // create → first exec from a template image
 )
 
 // Groups lists every measurement group, in the order Run measures them.
-var Groups = []string{GroupRunsc, GroupCreate, GroupExec, GroupLifecycle, GroupSuspend, GroupPool}
+var Groups = []string{GroupRunsc, GroupCreate, GroupExec, GroupLifecycle, GroupSuspend, GroupPool, GroupTemplate}
 
 // errSkip marks a measurement the server cannot take (no lifecycle, a
 // runtime without snapshots, no operator key): it is recorded as missing
@@ -348,4 +350,74 @@ func (b *bencher) waitPoolFull(ctx context.Context, digest string, size int, wit
 func isStatus(err error, status int) bool {
 	var ae *client.APIError
 	return errors.As(err, &ae) && ae.Status == status
+}
+
+// templateImage times create → first exec for sandboxes the worker starts
+// from a template image (a started-and-checkpointed template, see
+// internal/worker/templates.go). It first creates sandboxes until one
+// reports started_from=template_image (the first create of a template
+// builds the image in the background), for at most a minute; a server that
+// never does (the runtime does not use images: `airlock up
+// --template-images`) is a skip. Samples not started from the image are
+// counted and reported.
+func (b *bencher) templateImage(ctx context.Context) (st *Stats, fromImage int, err error) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		id, err := b.create(ctx, b.request())
+		if err != nil {
+			return nil, 0, err
+		}
+		sb, gerr := b.cfg.Client.GetSandbox(ctx, id)
+		if derr := b.delete(ctx, id); derr != nil {
+			return nil, 0, derr
+		}
+		if gerr != nil {
+			return nil, 0, gerr
+		}
+		if sb.StartedFrom == model.StartedTemplateImage {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, 0, skipf("no sandbox of runtime %s started from a template image within a minute (started_from %q); start the server with --template-images naming the runtime", sb.Runtime, sb.StartedFrom)
+		}
+		b.progress("template image: waiting for the worker to build it")
+		if err := sleepCtx(ctx, 2*time.Second); err != nil {
+			return nil, 0, err
+		}
+	}
+	var samples []time.Duration
+	for i := range b.cfg.Sandboxes {
+		t0 := time.Now()
+		id, err := b.create(ctx, b.request())
+		if err == nil {
+			err = b.runTrue(ctx, id)
+		}
+		d := time.Since(t0)
+		if id != "" {
+			if sb, gerr := b.cfg.Client.GetSandbox(ctx, id); gerr == nil && sb.StartedFrom == model.StartedTemplateImage {
+				fromImage++
+			}
+			if derr := b.delete(ctx, id); err == nil {
+				err = derr
+			}
+		}
+		if err != nil {
+			return nil, fromImage, err
+		}
+		samples = append(samples, d)
+		b.progress("create→first-exec from a template image: %d/%d", i+1, b.cfg.Sandboxes)
+	}
+	s := Summarize("ms", Millis(samples))
+	return &s, fromImage, nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
