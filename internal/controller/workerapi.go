@@ -206,10 +206,12 @@ func (c *Controller) Sync(ctx context.Context, id string, req workerapi.SyncRequ
 	if err := validTemplates(req.Templates); err != nil {
 		return workerapi.SyncResponse{}, err
 	}
+	t0 := time.Now()
 	wasFresh, err := c.heartbeat(ctx, id, req.Templates)
 	if err != nil {
 		return workerapi.SyncResponse{}, err
 	}
+	tBeat := time.Since(t0)
 	changed := false
 	for _, o := range req.Observed {
 		wrote, err := c.observe(ctx, id, o)
@@ -221,6 +223,9 @@ func (c *Controller) Sync(ctx context.Context, id string, req workerapi.SyncRequ
 	}
 	if !wasFresh {
 		c.Kick() // a worker came back: it may take pending sandboxes
+	}
+	if changed {
+		c.log.Debug("controller: sync applied observations", "worker", id, "heartbeat", tBeat, "total", time.Since(t0))
 	}
 
 	timer := time.NewTimer(wait)
@@ -270,6 +275,11 @@ func (c *Controller) heartbeat(ctx context.Context, id string, templates []model
 	}
 	now := c.now()
 	wasFresh := now.Sub(wk.LastHeartbeat) <= c.cfg.HeartbeatTTL
+	if templates == nil && wasFresh && now.Sub(wk.LastHeartbeat) < c.cfg.HeartbeatTTL/5 && !now.Before(wk.LastHeartbeat) {
+		// Recent enough: a sync that reports observations quickly (a pause,
+		// a resume) skips the write.
+		return true, nil
+	}
 	wk.LastHeartbeat = now
 	if templates != nil {
 		if ds := digests(templates); !slices.Equal(ds, wk.Templates) {

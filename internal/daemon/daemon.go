@@ -428,7 +428,16 @@ func newWorker(ctx context.Context, o workerOptions) (*worker.Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open the snapshot store: %w", err)
 	}
-	// Before the worker runs: what a crashed suspend left uncommitted goes.
+	// Before the worker runs: a suspend whose checkpoint was complete when
+	// the previous worker died is committed; anything else it left
+	// uncommitted goes.
+	if ms, err := snaps.Recover(); err != nil {
+		o.log.Warn("snapshot store recovery", "err", err)
+	} else {
+		for _, m := range ms {
+			o.log.Info("recovered a snapshot completed before a crash", "sandbox", m.SandboxID, "snapshot", m.ID, "kind", m.Kind)
+		}
+	}
 	if err := snaps.GC(); err != nil {
 		o.log.Warn("snapshot store clean-up", "err", err)
 	}

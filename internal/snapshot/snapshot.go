@@ -211,10 +211,77 @@ func (p *Pending) Dir() string { return p.dir }
 // Abort removes the pending snapshot.
 func (p *Pending) Abort() error {
 	p.done = true
+	os.Remove(p.markerPath())
 	if err := os.RemoveAll(p.dir); err != nil {
 		return fmt.Errorf("snapshot: abort %s: %w", p.id, err)
 	}
 	return nil
+}
+
+// markerPath is where MarkComplete records meta: beside the pending dir,
+// so it is not an artifact.
+func (p *Pending) markerPath() string {
+	return filepath.Join(p.s.sandboxDir(p.sandboxID), ".pending-"+p.id+completeSuffix)
+}
+
+const completeSuffix = ".complete"
+
+// MarkComplete records durably that the runtime has finished writing the
+// artifacts, and the meta to commit them with. A crash between this and
+// Commit no longer loses the snapshot: Recover (at worker start, before GC)
+// commits it. Use it where the runtime's state exists only in the snapshot
+// once it is written (a suspend: the guest stopped).
+func (p *Pending) MarkComplete(meta Meta) error {
+	if err := validKind(meta.Kind); err != nil {
+		return err
+	}
+	data, err := json.Marshal(meta)
+	if err != nil {
+		return fmt.Errorf("snapshot: mark %s complete: %w", p.id, err)
+	}
+	if err := writeFileSync(filepath.Dir(p.markerPath()), filepath.Base(p.markerPath()), data); err != nil {
+		return fmt.Errorf("snapshot: mark %s complete: %w", p.id, err)
+	}
+	return nil
+}
+
+// Recover commits every pending snapshot marked complete (MarkComplete)
+// that a crash left uncommitted, and returns their manifests. Call it at
+// worker start before GC, when no Begin, Commit or Import is in progress.
+func (s *Store) Recover() ([]Manifest, error) {
+	markers, err := filepath.Glob(filepath.Join(s.root, "*", ".pending-*"+completeSuffix))
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: recover: %w", err)
+	}
+	var out []Manifest
+	var errs []error
+	for _, mk := range markers {
+		sandboxID := filepath.Base(filepath.Dir(mk))
+		id := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(mk), ".pending-"), completeSuffix)
+		p := &Pending{s: s, sandboxID: sandboxID, id: id, dir: filepath.Join(filepath.Dir(mk), ".pending-"+id)}
+		data, err := os.ReadFile(mk)
+		var meta Meta
+		if err == nil {
+			err = json.Unmarshal(data, &meta)
+		}
+		if err == nil {
+			if _, serr := os.Stat(p.dir); serr != nil {
+				err = serr
+			}
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("snapshot: recover %s of %s: %w", id, sandboxID, err))
+			os.Remove(mk) // GC removes the rest
+			continue
+		}
+		m, err := p.Commit(meta)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("snapshot: recover %s of %s: %w", id, sandboxID, err))
+			continue
+		}
+		out = append(out, m)
+	}
+	return out, errors.Join(errs...)
 }
 
 // Commit fsyncs and hashes every file under Dir, writes manifest.json
@@ -261,6 +328,7 @@ func (p *Pending) commit(m Manifest) error {
 	}
 	p.done = true
 	p.dir = final
+	os.Remove(p.markerPath()) // committed: the marker has served
 	if err := syncDir(filepath.Dir(final)); err != nil {
 		return fmt.Errorf("snapshot: commit %s: %w", p.id, err)
 	}

@@ -9,12 +9,13 @@ package worker
 // suspended with the snapshot. A failed checkpoint or commit aborts the
 // pending snapshot; a runtime still running leaves the sandbox running (or
 // paused) with the reason, one the checkpoint killed is released and the
-// sandbox failed. A worker crash between the end of the checkpoint and the
-// commit loses the sandbox (it is then failed, deletable). Checkpointing
-// with leaveRunning after a Pause would close that window, but runsc
-// implements --leave-running as checkpoint + destroy + restore under the
-// same id (new sandbox PID, ~4× slower), and that restored sandbox does not
-// survive the worker's death; see docs/ARCHITECTURE.md.
+// sandbox failed. Once the checkpoint has returned, the pending snapshot is
+// marked complete (snapshot.Pending.MarkComplete), so a worker crash
+// before the commit ends is repaired at the next start (Store.Recover
+// commits it and the sandbox is found suspended). A crash while `runsc
+// checkpoint` itself runs still loses the sandbox (failed, deletable): the
+// runtime stops the guest when its checkpoint completes, and nothing can
+// mark that moment durably but the runtime; see docs/ARCHITECTURE.md.
 //
 // Wake: state waking → Snapshots.Get (a committed snapshot only) →
 // Restore → the agent's WaitReady → running with a new handle and agent
@@ -141,11 +142,31 @@ func (w *Worker) checkpoint(ctx context.Context, snap runtime.Snapshotter, id, r
 	if err := snap.Checkpoint(ctx, id, p.Dir(), false); err != nil {
 		return snapshot.Manifest{}, errors.Join(fmt.Errorf("checkpoint: %w", err), abort(p))
 	}
-	m, err := p.Commit(snapshot.Meta{Kind: snapshot.KindSuspend, Runtime: rt})
+	meta := snapshot.Meta{Kind: snapshot.KindSuspend, Runtime: rt}
+	if s, ok := w.assigned(id); ok {
+		meta = w.snapshotMeta(s, snapshot.KindSuspend, "")
+		meta.Runtime = rt
+	}
+	// The guest is stopped: from here the snapshot is all there is of it,
+	// so a crash before Commit must not lose it (Recover at worker start).
+	if err := p.MarkComplete(meta); err != nil {
+		w.log.Warn("mark snapshot complete", "sandbox", id, "err", err)
+	}
+	m, err := p.Commit(meta)
 	if err != nil {
 		return snapshot.Manifest{}, errors.Join(fmt.Errorf("commit snapshot: %w", err), abort(p))
 	}
 	return m, nil
+}
+
+// assigned returns the sandbox record id was last assigned with.
+func (w *Worker) assigned(id string) (model.Sandbox, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if sb := w.sandboxes[id]; sb != nil && sb.spec.ID != "" {
+		return sb.spec, true
+	}
+	return model.Sandbox{}, false
 }
 
 func abort(p *snapshot.Pending) error {

@@ -489,9 +489,13 @@ func (w *Worker) syncLoop(ctx context.Context) error {
 		if w.resync.Swap(false) {
 			v = -1 // a different version: the server answers at once
 		}
+		t0 := time.Now()
 		resp, err := w.sync(pollCtx, req, v)
 		close(stop)
 		cancel()
+		if w.log.Enabled(ctx, slog.LevelDebug) {
+			w.log.Debug("sync", "took", time.Since(t0), "observed", len(req.Observed), "err", err, "version", resp.Version)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -750,6 +754,8 @@ func (w *Worker) startPause(ctx context.Context, sb *sandbox, pause bool) {
 	w.actions.Add(1)
 	go func() {
 		defer w.actions.Done()
+		t0 := time.Now()
+		defer func() { w.log.Debug("pause or resume done", "sandbox", sb.id, "pause", pause, "took", time.Since(t0)) }()
 		var err error
 		if pause {
 			err = p.Pause(ctx, sb.id)
