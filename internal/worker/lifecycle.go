@@ -37,7 +37,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"slices"
 	"time"
 
 	"github.com/airlock/airlock/internal/agentclient"
@@ -323,13 +322,6 @@ func (w *Worker) restoreFrom(ctx context.Context, s model.Sandbox, m snapshot.Ma
 	}
 	rctx, cancel := context.WithTimeout(ctx, WakeTimeout)
 	defer cancel()
-	// Leftovers of the suspended runtime (a release that failed) block the
-	// restore; listing is cheap, Delete is not.
-	if ids, err := w.cfg.Driver.List(rctx); err == nil && slices.Contains(ids, s.ID) {
-		if err := w.cfg.Driver.Delete(rctx, s.ID); err != nil {
-			return nil, nil, fmt.Errorf("release the suspended runtime: %w", err)
-		}
-	}
 	rt := m.Runtime
 	if rt == "" {
 		rt = s.Runtime
@@ -350,6 +342,15 @@ func (w *Worker) restoreFrom(ctx context.Context, s model.Sandbox, m snapshot.Ma
 		}
 	}()
 	h, err := snap.Restore(rctx, spec, dir)
+	if errors.Is(err, model.ErrConflict) {
+		// Leftovers of the suspended runtime (a release that failed) block
+		// the restore: release them and try once more. (Asking first would
+		// cost every wake a runtime listing.)
+		if derr := w.cfg.Driver.Delete(rctx, s.ID); derr != nil {
+			return nil, nil, fmt.Errorf("restore runtime: %w; release the leftovers: %w", err, derr)
+		}
+		h, err = snap.Restore(rctx, spec, dir)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("restore runtime: %w", err)
 	}
