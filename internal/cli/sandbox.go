@@ -273,6 +273,13 @@ func printSandbox(w io.Writer, sb model.Sandbox) {
 		}
 		row("Checkpoints", strings.Join(names, ", "))
 	}
+	if sb.StartedFrom != "" {
+		from := sb.StartedFrom
+		if src := sb.Source; src != nil && from == model.StartedSnapshot {
+			from += " (checkpoint " + src.Checkpoint + " of " + src.SandboxID + ")"
+		}
+		row("Started from", from)
+	}
 	if sb.ExpiresAt != nil {
 		row("Expires", stamp(*sb.ExpiresAt))
 	}
