@@ -301,15 +301,22 @@ func (c *Controller) heartbeat(ctx context.Context, id string, templates []model
 // worker's next Sync.
 func (c *Controller) observe(ctx context.Context, wid string, o workerapi.Observed) (bool, error) {
 	for range 3 {
-		sb, open, _, err := c.read(ctx, o.SandboxID)
+		sb, err := c.st.GetSandbox(ctx, o.SandboxID)
 		if errors.Is(err, model.ErrNotFound) {
 			return false, nil
 		}
 		if err != nil {
-			return false, err
+			return false, fmt.Errorf("controller: get sandbox %s: %w", o.SandboxID, err)
 		}
 		if sb.WorkerID != wid {
 			return false, nil // not assigned here; the worker deletes it
+		}
+		// Only the open operations matter here (not the history read
+		// computes the prior state from), and pauses and resumes come
+		// through this path, so it stays short.
+		open, err := c.st.ListOperations(ctx, store.OperationFilter{SandboxID: o.SandboxID, Open: true})
+		if err != nil {
+			return false, fmt.Errorf("controller: list operations of %s: %w", o.SandboxID, err)
 		}
 		if at := o.LastActivity; !at.IsZero() && at.After(sb.LastActivityAt) {
 			// Activity on the data plane; the store keeps the latest.
