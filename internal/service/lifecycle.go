@@ -162,7 +162,9 @@ func StartLifecycle(ctx context.Context, st store.Store, ev *events.Log, req Lif
 		if err != nil {
 			return model.Operation{}, false, fmt.Errorf("%s sandbox %s: get: %w", req.Kind, id, err)
 		}
-		ops, err := st.ListOperations(ctx, store.OperationFilter{SandboxID: id})
+		// A join may answer with the last operation that got the sandbox
+		// running; anything else needs only the open ones.
+		ops, err := st.ListOperations(ctx, store.OperationFilter{SandboxID: id, Open: !req.Join})
 		if err != nil {
 			return model.Operation{}, false, fmt.Errorf("%s sandbox %s: list operations: %w", req.Kind, id, err)
 		}
