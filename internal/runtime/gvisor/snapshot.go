@@ -21,6 +21,11 @@ import (
 // conformance suite's SuspendWake case: files written before a checkpoint
 // come back byte for byte). dir must exist.
 //
+// A sandbox Pause froze is first paused by runsc instead and thawed (runsc
+// checkpoint needs a sentry that runs; see freezeToRunscPause), so it stays
+// paused throughout; a failed Checkpoint leaves it paused by runsc, which
+// Status reports and Resume undoes.
+//
 // Without leaveRunning the guest stops ("stopped" in runsc) and the caller
 // releases it with Delete. With leaveRunning the sandbox is restored in
 // place right after the checkpoint (see resumeInPlace for why), paused again
@@ -37,6 +42,12 @@ func (d *Driver) Checkpoint(ctx context.Context, id, dir string, leaveRunning bo
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		return fmt.Errorf("gvisor: checkpoint %s: image dir %q: not a directory (%v): %w", id, dir, err, model.ErrInvalid)
 	}
+	defer d.lock(id)()
+	if d.frozen(id) {
+		if err := d.freezeToRunscPause(ctx, id); err != nil {
+			return fmt.Errorf("gvisor: checkpoint %s: hand the pause over from the freezer to runsc: %w", id, err)
+		}
+	}
 	st, found, err := d.state(ctx, id)
 	if err != nil {
 		return fmt.Errorf("gvisor: checkpoint %s: %w", id, err)
@@ -52,7 +63,7 @@ func (d *Driver) Checkpoint(ctx context.Context, id, dir string, leaveRunning bo
 		cerr := fmt.Errorf("runsc checkpoint: %w: %s", err, strings.TrimSpace(string(out)))
 		// A failed checkpoint may have killed the sandbox: say so, so that
 		// the caller does not report it running.
-		after, serr := d.Status(context.WithoutCancel(ctx), id)
+		after, serr := d.status(context.WithoutCancel(ctx), id)
 		switch {
 		case serr != nil:
 			return fmt.Errorf("gvisor: checkpoint %s: %w (and its status is unknown: %v)", id, cerr, serr)
@@ -82,6 +93,11 @@ func (d *Driver) Checkpoint(ctx context.Context, id, dir string, leaveRunning bo
 // runsc version: the sandbox process holds no connection to agent.sock any
 // more while the guest sockets stay "connected"), so the agent never redials
 // and the channel is dead for good. A restore is ~0.1-0.3 s more.
+//
+// With paused, the restored sandbox is paused again right away with runsc
+// pause, even with Config.FreezerPause: a freeze while the sentry is still
+// setting up its stubs after the restore has crashed it (see freezer.go).
+// The caller holds lock(id).
 func (d *Driver) resumeInPlace(ctx context.Context, id, dir string, paused bool) error {
 	ctx = context.WithoutCancel(ctx) // half-way is the worst place to stop
 	if out, err := d.runsc(ctx, "delete", "-force", id); err != nil && !notExist(out) {
@@ -151,7 +167,11 @@ func (d *Driver) Restore(ctx context.Context, spec runtime.Spec, dir string) (ru
 		return nil, err
 	}
 	// runsc state without a run dir (a crash half-way through Delete) would
-	// make the restore fail late; refuse early without touching it.
+	// make the restore fail late; refuse early without touching it. (A
+	// frozen one exists; runsc state would wait for it.)
+	if d.frozen(spec.ID) {
+		return nil, fmt.Errorf("gvisor: restore %s: sandbox exists (paused): %w", spec.ID, model.ErrConflict)
+	}
 	if _, found, err := d.state(ctx, spec.ID); err != nil {
 		return nil, fmt.Errorf("gvisor: restore %s: %w", spec.ID, err)
 	} else if found {
