@@ -13,10 +13,12 @@
 // and the cgroup CgroupParent/<id> in every v1 hierarchy. Delete releases all
 // of it even when Start failed half-way or an earlier worker process crashed.
 //
-// Pause runs `runsc pause` (~10 ms, nearly all of it starting runsc), or,
+// Pause does what `runsc pause` does — the sentry's "containerManager.Pause"
+// over its control socket, status "paused" in runsc's state file — in
+// process (~0.8 ms instead of ~7.5 ms for the runsc CLI; control.go), or,
 // with Config.FreezerPause (experimental, off by default), freezes that
 // cgroup in the v1 freezer hierarchy (~0.3 ms). Resume thaws a frozen
-// sandbox and runs `runsc resume` for one runsc paused. A frozen sandbox is
+// sandbox and resumes one the sentry paused the same way. A frozen sandbox is
 // paused for Status, Adopt and the worker; it answers no runsc command, so
 // Checkpoint and Delete convert or undo the freeze first. See freezer.go
 // for the details and for why freezing is not the default.
@@ -419,12 +421,13 @@ func (d *Driver) List(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
-// Pause stops the sandbox in memory with `runsc pause` (the sentry stops
-// its tasks). With Config.FreezerPause it instead freezes the sandbox's
+// Pause stops the sandbox in memory as `runsc pause` does (the sentry stops
+// its tasks; done in process, control.go, with the runsc CLI as the
+// fallback). With Config.FreezerPause it instead freezes the sandbox's
 // cgroup in the v1 freezer hierarchy (all its processes: sentry, stubs,
 // gofer) and waits until every task is frozen, at most 5 s (then it thaws
 // again and fails): ~0.3 ms instead of ~10 ms, but see freezer.go for the
-// risk; without a freezer cgroup it runs `runsc pause`. Pausing a paused
+// risk; without a freezer cgroup it pauses the default way. Pausing a paused
 // sandbox (frozen, or paused by runsc) succeeds.
 func (d *Driver) Pause(ctx context.Context, id string) error {
 	if err := validID(id); err != nil {
@@ -474,9 +477,7 @@ func (d *Driver) Resume(ctx context.Context, id string) error {
 	case !found:
 		return fmt.Errorf("gvisor: resume %s: %w", id, runtime.ErrNotFound)
 	case st == "paused":
-		if out, err := d.runsc(ctx, "resume", id); err != nil {
-			return fmt.Errorf("gvisor: runsc resume %s: %w: %s", id, err, strings.TrimSpace(string(out)))
-		}
+		return d.simple(ctx, "resume", id)
 	}
 	return nil
 }
@@ -499,6 +500,10 @@ func (d *Driver) noteNoFreezer(id string) {
 // it can (saving a `runsc state`, ~10 ms). The caller holds lock(id) and
 // has checked the sandbox is not frozen.
 func (d *Driver) simple(ctx context.Context, verb, id string) error {
+	// In process first (control.go); the CLI when that does not apply.
+	if err := d.controlPause(ctx, id, verb == "pause"); !errors.Is(err, errNoControl) {
+		return err
+	}
 	st, found, err := d.runscStatus(ctx, id)
 	if err != nil {
 		return err

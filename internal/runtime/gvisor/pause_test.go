@@ -197,9 +197,11 @@ func TestPauseRunscPaused(t *testing.T) {
 	}
 }
 
-// TestPauseRunscFallback pauses with runsc, the default (and what
-// FreezerPause falls back to without a v1 freezer).
-func TestPauseRunscFallback(t *testing.T) {
+// TestPauseControlSocket pauses the default way (control.go: the sentry's
+// control socket plus runsc's state file, what FreezerPause falls back to
+// without a v1 freezer): runsc sees the sandbox paused, and pauses and
+// resumes done by the runsc CLI and by the driver interoperate.
+func TestPauseControlSocket(t *testing.T) {
 	d, rootfs, _ := fixture(t)
 	gvisor.UseFreezer(d, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
@@ -222,6 +224,29 @@ func TestPauseRunscFallback(t *testing.T) {
 		t.Errorf("second Resume: %v", err)
 	}
 	wantStatus(t, d, id, runtime.StatusRunning)
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatalf("agent after Resume: %v", err)
+	}
+	// Driver pause, CLI resume; CLI pause, driver resume.
+	if err := d.Pause(ctx, id); err != nil {
+		t.Fatalf("Pause: %v", err)
+	}
+	if out, err := runscCLI(t, d, "resume", id); err != nil {
+		t.Fatalf("runsc resume of a sandbox the driver paused: %v: %s", err, out)
+	}
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatalf("agent after runsc resume: %v", err)
+	}
+	if out, err := runscCLI(t, d, "pause", id); err != nil {
+		t.Fatalf("runsc pause: %v: %s", err, out)
+	}
+	wantStatus(t, d, id, runtime.StatusPaused)
+	if err := d.Resume(ctx, id); err != nil {
+		t.Fatalf("Resume of a sandbox runsc paused: %v", err)
+	}
+	if st := runscStatus(t, d, id); st != "running" {
+		t.Errorf("runsc state after Resume = %q, want running", st)
+	}
 	if err := c.WaitReady(ctx); err != nil {
 		t.Fatalf("agent after Resume: %v", err)
 	}
@@ -260,9 +285,9 @@ func TestDeletePaused(t *testing.T) {
 
 // BenchmarkPauseResume measures Pause and Resume of one idle sandbox (its
 // agent and a guest loop waking every 20 ms) separately, with the cgroup
-// freezer ("freezer": Config.FreezerPause), with the default runsc path
-// ("runsc-driver": runsc pause or resume after reading runsc's state
-// file), and bare `runsc pause` / `runsc resume` ("runsc-cli").
+// freezer ("freezer": Config.FreezerPause), the default ("driver": the
+// sentry's control socket and runsc's state file, control.go), and bare
+// `runsc pause` / `runsc resume` ("runsc-cli", the baseline).
 // Besides ns/op (the mean) each reports p50-ms and p90-ms.
 //
 //	sudo go test ./internal/runtime/gvisor -run '^$' -bench PauseResume -benchtime 50x
@@ -290,7 +315,7 @@ func BenchmarkPauseResume(b *testing.B) {
 		pause, resume func(context.Context, string) error
 	}{
 		{"freezer", true, d.Pause, d.Resume},
-		{"runsc-driver", false, d.Pause, d.Resume},
+		{"driver", false, d.Pause, d.Resume},
 		{"runsc-cli", false, runscOp("pause"), runscOp("resume")},
 	}
 	for _, m := range modes {

@@ -131,11 +131,10 @@ func (d *Driver) resumeInPlace(ctx context.Context, id, dir string, paused bool)
 		// find the control server not yet accepting (under load).
 		var err error
 		for attempt := 0; attempt < 10; attempt++ {
-			var out []byte
-			if out, err = d.runsc(ctx, "pause", id); err == nil {
+			if err = d.simple(ctx, "pause", id); err == nil {
 				return nil
 			}
-			err = fmt.Errorf("runsc pause after restore: %w: %s", err, strings.TrimSpace(string(out)))
+			err = fmt.Errorf("pause after restore: %w", err)
 			if st, found, serr := d.state(ctx, id); serr != nil || !found || st.Status != "running" {
 				break
 			}
