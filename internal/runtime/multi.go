@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 )
 
 // Multi is a Driver over several drivers, one per runtime name: Start and
@@ -13,6 +14,27 @@ import (
 type Multi struct {
 	Drivers map[string]Driver
 	Default string
+
+	// owners remembers which driver has an id (learned from Start,
+	// Restore and lookups), so that calls by id do not list every driver
+	// (a runsc process per call: ~7 ms, more than a pause itself).
+	mu     sync.Mutex
+	owners map[string]string
+}
+
+func (m *Multi) remember(id, name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.owners == nil {
+		m.owners = map[string]string{}
+	}
+	m.owners[id] = name
+}
+
+func (m *Multi) forget(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.owners, id)
 }
 
 var (
@@ -75,8 +97,17 @@ func (m *Multi) pick(name string) (Driver, error) {
 	return d, nil
 }
 
-// owner finds the driver that has id.
+// owner finds the driver that has id: the one remembered, else the first
+// whose List has it.
 func (m *Multi) owner(ctx context.Context, id string) (Driver, error) {
+	m.mu.Lock()
+	name, ok := m.owners[id]
+	m.mu.Unlock()
+	if ok {
+		if d, ok := m.Drivers[name]; ok {
+			return d, nil
+		}
+	}
 	for _, name := range m.Names() {
 		d := m.Drivers[name]
 		ids, err := d.List(ctx)
@@ -84,6 +115,7 @@ func (m *Multi) owner(ctx context.Context, id string) (Driver, error) {
 			return nil, err
 		}
 		if slices.Contains(ids, id) {
+			m.remember(id, name)
 			return d, nil
 		}
 	}
@@ -95,7 +127,17 @@ func (m *Multi) Start(ctx context.Context, spec Spec) (Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
+	m.remember(spec.ID, m.nameOf(d)) // also a half-started one: Delete forgets it
 	return d.Start(ctx, spec)
+}
+
+func (m *Multi) nameOf(d Driver) string {
+	for name, x := range m.Drivers {
+		if x == d {
+			return name
+		}
+	}
+	return d.Name()
 }
 
 func (m *Multi) Adopt(ctx context.Context, id string) (Sandbox, error) {
@@ -113,7 +155,11 @@ func (m *Multi) Delete(ctx context.Context, id string) error {
 	for _, name := range m.Names() {
 		errs = append(errs, m.Drivers[name].Delete(ctx, id))
 	}
-	return errors.Join(errs...)
+	err := errors.Join(errs...)
+	if err == nil {
+		m.forget(id)
+	}
+	return err
 }
 
 func (m *Multi) List(ctx context.Context) ([]string, error) {
@@ -184,6 +230,7 @@ func (m *Multi) Restore(ctx context.Context, spec Spec, dir string) (Sandbox, er
 	if !ok {
 		return nil, fmt.Errorf("runtime %s cannot restore sandboxes", d.Name())
 	}
+	m.remember(spec.ID, m.nameOf(d))
 	return s.Restore(ctx, spec, dir)
 }
 
