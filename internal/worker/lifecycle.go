@@ -341,6 +341,7 @@ func (w *Worker) restoreFrom(ctx context.Context, s model.Sandbox, m snapshot.Ma
 			}
 		}
 	}()
+	t0 := time.Now()
 	h, err := snap.Restore(rctx, spec, dir)
 	if errors.Is(err, model.ErrConflict) {
 		// Leftovers of the suspended runtime (a release that failed) block
@@ -354,12 +355,14 @@ func (w *Worker) restoreFrom(ctx context.Context, s model.Sandbox, m snapshot.Ma
 	if err != nil {
 		return nil, nil, fmt.Errorf("restore runtime: %w", err)
 	}
+	tRestore := time.Since(t0)
 	ac := newAgentClient(h)
 	if err := ac.WaitReady(rctx); err != nil {
 		ac.Close()
 		h.Close()
 		return nil, nil, fmt.Errorf("agent after restore: %w", err)
 	}
+	w.log.Debug("restored", "sandbox", s.ID, "snapshot", m.ID, "bytes", m.Bytes, "runtime", tRestore, "agent", time.Since(t0)-tRestore)
 	return h, ac, nil
 }
 

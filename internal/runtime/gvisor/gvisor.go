@@ -520,7 +520,13 @@ func (d *Driver) simple(ctx context.Context, verb, id string) error {
 }
 
 func (d *Driver) globalArgs() []string {
-	return []string{"--root", d.cfg.StateDir, "--platform=" + d.cfg.Platform}
+	args := []string{"--root", d.cfg.StateDir, "--platform=" + d.cfg.Platform}
+	if dir := os.Getenv("AIRLOCK_RUNSC_DEBUG_LOG"); dir != "" {
+		// For operators chasing a runsc problem: runsc's debug logs (with
+		// its restore timeline) go to files in dir.
+		args = append(args, "--debug", "--debug-log="+strings.TrimSuffix(dir, "/")+"/")
+	}
+	return args
 }
 
 // runsc runs a short runsc subcommand and returns its combined output.

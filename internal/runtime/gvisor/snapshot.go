@@ -58,7 +58,7 @@ func (d *Driver) Checkpoint(ctx context.Context, id, dir string, leaveRunning bo
 	if st.Status != "running" && st.Status != "paused" {
 		return fmt.Errorf("gvisor: checkpoint %s: sandbox is %s, not running or paused: %w", id, st.Status, model.ErrConflict)
 	}
-	out, err := d.runsc(ctx, "checkpoint", "--image-path="+dir, id)
+	out, err := d.runsc(ctx, "checkpoint", "--image-path="+dir, "--exclude-committed-zero-pages", id)
 	if err != nil {
 		cerr := fmt.Errorf("runsc checkpoint: %w: %s", err, strings.TrimSpace(string(out)))
 		// A failed checkpoint may have killed the sandbox: say so, so that
@@ -153,7 +153,11 @@ func (d *Driver) resumeInPlace(ctx context.Context, id, dir string, paused bool)
 // takes spec.Hostname (runsc applies the new spec's hostname on restore;
 // seen in the conformance Fork case), while everything else in the guest is
 // the checkpointed state. spec.RootFS must be the template the image was
-// taken on.
+// taken on. Guest memory loads in the background (`--background`): the
+// sandbox runs as soon as the kernel state is loaded and a page not yet
+// loaded is waited for when touched; the image's files stay readable
+// through the sentry's open descriptors even if dir is removed meanwhile.
+// Checkpoints leave committed zero pages out (--exclude-committed-zero-pages).
 // On failure nothing of spec.ID is left.
 func (d *Driver) Restore(ctx context.Context, spec runtime.Spec, dir string) (runtime.Sandbox, error) {
 	if !filepath.IsAbs(dir) {
@@ -177,6 +181,6 @@ func (d *Driver) Restore(ctx context.Context, spec runtime.Spec, dir string) (ru
 		return nil, fmt.Errorf("gvisor: restore %s: sandbox exists: %w", spec.ID, model.ErrConflict)
 	}
 	return d.launch(ctx, "restore", spec, func(bundle string) []string {
-		return []string{"restore", "--image-path=" + dir, "--bundle", bundle, "--detach", spec.ID}
+		return []string{"restore", "--image-path=" + dir, "--background", "--bundle", bundle, "--detach", spec.ID}
 	})
 }
