@@ -21,9 +21,9 @@ type fakeDriver struct {
 
 type fakeSandbox struct{ id string }
 
-func (s fakeSandbox) ID() string                                     { return s.id }
+func (s fakeSandbox) ID() string                                      { return s.id }
 func (s fakeSandbox) AgentConn(ctx context.Context) (net.Conn, error) { return nil, ctx.Err() }
-func (s fakeSandbox) Close() error                                   { return nil }
+func (s fakeSandbox) Close() error                                    { return nil }
 
 func (d *fakeDriver) Name() string { return d.name }
 func (d *fakeDriver) Start(_ context.Context, spec runtime.Spec) (runtime.Sandbox, error) {
