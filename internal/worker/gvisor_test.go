@@ -89,7 +89,7 @@ func newGVisorEnv(t testing.TB) *gvisorEnv { return newGVisorEnvWith(t, nil) }
 
 // newGVisorEnvWith lets wrap replace the gvisor driver inside the Multi
 // (to inject failures).
-func newGVisorEnvWith(t testing.TB, wrap func(*gvisor.Driver) runtime.Driver) *gvisorEnv {
+func newGVisorEnvWith(t testing.TB, wrap func(*gvisor.Driver) runtime.Driver, opts ...func(*Config)) *gvisorEnv {
 	runsc := requireRunsc(t)
 	tmpl, rootfs := baseTemplate(t)
 	ctx := testContext(t)
@@ -112,8 +112,13 @@ func newGVisorEnvWith(t testing.TB, wrap func(*gvisor.Driver) runtime.Driver) *g
 		if err := e.newDriver().Delete(context.Background(), e.id); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
-		// runsc leaves its gofer's network namespace mounted in the state dir.
-		_ = syscall.Unmount(filepath.Join(base, "state", "null-netns"), syscall.MNT_DETACH)
+		// runsc leaves its gofer's network namespace mounted in the state
+		// dir (stacked, when several runsc processes raced to mount it).
+		for range 10 {
+			if syscall.Unmount(filepath.Join(base, "state", "null-netns"), syscall.MNT_DETACH) != nil {
+				break
+			}
+		}
 	})
 	snaps, err := snapshot.Open(filepath.Join(base, "snapshots"))
 	if err != nil {
@@ -127,7 +132,7 @@ func newGVisorEnvWith(t testing.TB, wrap func(*gvisor.Driver) runtime.Driver) *g
 		}
 		return &runtime.Multi{Drivers: map[string]runtime.Driver{gvisor.Name: d}, Default: gvisor.Name}
 	}
-	e.tw = startWorkerWith(t, e.srv, e.driver(), e.rootfsFor, e.snaps)
+	e.tw = startWorkerWith(t, e.srv, e.driver(), e.rootfsFor, e.snaps, opts...)
 	t0 := time.Now()
 	e.srv.assign(e.id, tmpl.Digest, model.StateRunning)
 	e.srv.waitObserved(ctx, e.id, model.StateRunning)

@@ -501,9 +501,9 @@ func startWorker(t testing.TB, srv *fakeServer, drv runtime.Driver, rootfs func(
 }
 
 // startWorkerWith is startWorker with a snapshot store.
-func startWorkerWith(t testing.TB, srv *fakeServer, drv runtime.Driver, rootfs func(string) string, snaps *snapshot.Store) *testWorker {
+func startWorkerWith(t testing.TB, srv *fakeServer, drv runtime.Driver, rootfs func(string) string, snaps *snapshot.Store, opts ...func(*Config)) *testWorker {
 	t.Helper()
-	w, err := New(Config{
+	cfg := Config{
 		Snapshots:     snaps,
 		ID:            "w-test",
 		ServerURL:     srv.srv.URL,
@@ -517,7 +517,11 @@ func startWorkerWith(t testing.TB, srv *fakeServer, drv runtime.Driver, rootfs f
 			return []model.Template{{Name: "base", Tag: "latest", Digest: "sha256:test"}}, nil
 		},
 		Logger: testLogger(),
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	w, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -385,8 +385,10 @@ func TestWorkerCrashMidSuspendGVisor(t *testing.T) {
 	e.writeRandom("f0", 2<<20, 4)
 	n := len(e.counterGrows(3))
 
-	// (2) committed, runtime stopped but not released.
+	// (2) committed, runtime stopped but not released. The server wants
+	// it suspended (the crash came in the middle of a suspend).
 	e.tw.stop(t)
+	e.srv.assign(e.id, e.tmpl.Digest, model.StateSuspended)
 	d := e.newDriver()
 	p, err := e.snaps.Begin(e.id)
 	if err != nil {
@@ -415,8 +417,42 @@ func TestWorkerCrashMidSuspendGVisor(t *testing.T) {
 	samePID(t, e.counterGrows(n))
 	e.verifyFiles()
 
+	// (3) checkpoint done and marked complete (what suspend does once the
+	// checkpoint returns), commit never happened: recovered at start.
+	n = len(e.counter())
+	e.tw.stop(t)
+	e.srv.assign(e.id, e.tmpl.Digest, model.StateSuspended)
+	p, err = e.snaps.Begin(e.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Checkpoint(e.ctx, e.id, p.Dir(), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.MarkComplete(snapshot.Meta{Kind: snapshot.KindSuspend, Runtime: gvisor.Name}); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := e.snaps.Recover() // what the daemon does at start, before GC
+	if err != nil || len(rec) != 1 || rec[0].ID != p.ID() {
+		t.Fatalf("recover: %+v, %v; want %s", rec, err, p.ID())
+	}
+	if err := e.snaps.GC(); err != nil {
+		t.Fatal(err)
+	}
+	e.tw = startWorkerWith(t, e.srv, e.driver(), e.rootfsFor, e.snaps)
+	e.srv.waitRegistered(e.ctx, 3)
+	o = e.srv.waitObserved(e.ctx, e.id, model.StateSuspended)
+	if o.SnapshotID != p.ID() {
+		t.Fatalf("suspended with snapshot %q, want the recovered %q", o.SnapshotID, p.ID())
+	}
+	noRunsc(t, e.id)
+	e.wake()
+	samePID(t, e.counterGrows(n))
+	e.verifyFiles()
+
 	// (1) checkpoint done, commit never happened.
 	e.tw.stop(t)
+	e.srv.assign(e.id, e.tmpl.Digest, model.StateSuspended)
 	p, err = e.snaps.Begin(e.id)
 	if err != nil {
 		t.Fatal(err)
@@ -432,7 +468,7 @@ func TestWorkerCrashMidSuspendGVisor(t *testing.T) {
 		t.Fatalf("pending snapshot dir after GC: %v", err)
 	}
 	e.tw = startWorkerWith(t, e.srv, e.driver(), e.rootfsFor, e.snaps)
-	e.srv.waitRegistered(e.ctx, 3)
+	e.srv.waitRegistered(e.ctx, 4)
 	o = e.srv.waitObserved(e.ctx, e.id, model.StateFailed)
 	t.Logf("reason: %s", o.Reason)
 	if ms, _ := e.snaps.List(e.id); len(ms) != 0 {

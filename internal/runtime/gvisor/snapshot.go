@@ -2,6 +2,7 @@ package gvisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -175,10 +176,12 @@ func (d *Driver) Restore(ctx context.Context, spec runtime.Spec, dir string) (ru
 	if d.frozen(spec.ID) {
 		return nil, fmt.Errorf("gvisor: restore %s: sandbox exists (paused): %w", spec.ID, model.ErrConflict)
 	}
-	if _, found, err := d.state(ctx, spec.ID); err != nil {
-		return nil, fmt.Errorf("gvisor: restore %s: %w", spec.ID, err)
-	} else if found {
+	// runsc knows a container by its state file: looking for it saves a
+	// `runsc state` process (~7 ms) on every wake.
+	if _, err := os.Stat(d.statePath(spec.ID)); err == nil {
 		return nil, fmt.Errorf("gvisor: restore %s: sandbox exists: %w", spec.ID, model.ErrConflict)
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("gvisor: restore %s: %w", spec.ID, err)
 	}
 	return d.launch(ctx, "restore", spec, func(bundle string) []string {
 		return []string{"restore", "--image-path=" + dir, "--background", "--bundle", bundle, "--detach", spec.ID}
