@@ -35,7 +35,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -238,7 +240,16 @@ func (d *Driver) launch(ctx context.Context, verb string, spec runtime.Spec, com
 		}
 	}()
 
-	cfg, err := json.MarshalIndent(buildSpec(spec, d.cfg.CgroupParent, d.chanDir(spec.ID)), "", "  ")
+	ospec := buildSpec(spec, d.cfg.CgroupParent, d.chanDir(spec.ID))
+	if verb == "restore" {
+		// A restore loads the guest's memory and kernel state inside the
+		// sandbox's cgroup: with the sandbox's own CPU quota (often one
+		// core) that work queues behind itself (a 256 MiB restore took
+		// ~0.4 s instead of ~0.2 s). The restore gets every host core;
+		// the sandbox's quota is applied as soon as it runs (limitCPU).
+		ospec.Linux.Resources.CPU.Quota = int64(max(goruntime.NumCPU(), spec.VCPUs)) * cpuPeriod
+	}
+	cfg, err := json.MarshalIndent(ospec, "", "  ")
 	if err != nil {
 		return nil, fmt.Errorf("gvisor: %s %s: encode spec: %w", verb, spec.ID, err)
 	}
@@ -269,6 +280,11 @@ func (d *Driver) launch(ctx context.Context, verb string, spec runtime.Spec, com
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("gvisor: %s %s: runsc %s: %w: %s", verb, spec.ID, command(bundle)[0], err, tail(logPath, 2048))
+	}
+	if verb == "restore" {
+		if err := d.limitCPU(spec.ID, int64(spec.VCPUs)*cpuPeriod); err != nil {
+			return nil, fmt.Errorf("gvisor: %s %s: %w", verb, spec.ID, err)
+		}
 	}
 	d.log.Info("sandbox up", "via", verb, "id", spec.ID, "vcpus", spec.VCPUs, "memory_mib", spec.MemoryMiB)
 	return sb, nil
@@ -517,6 +533,23 @@ func (d *Driver) simple(ctx context.Context, verb, id string) error {
 		return fmt.Errorf("gvisor: runsc %s %s: %w: %s", verb, id, err, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+// limitCPU sets the CPU quota (µs per cpuPeriod) of sandbox id's cgroup,
+// as runsc does from the spec. A sandbox must not run without its limit, so
+// a cgroup that cannot be found or written is an error.
+func (d *Driver) limitCPU(id string, quota int64) error {
+	for _, dir := range d.cgroupDirs(id) {
+		f := filepath.Join(dir, "cpu.cfs_quota_us")
+		if _, err := os.Stat(f); err != nil {
+			continue
+		}
+		if err := os.WriteFile(f, []byte(strconv.FormatInt(quota, 10)), 0o644); err != nil {
+			return fmt.Errorf("set the CPU quota: %w", err)
+		}
+		return nil
+	}
+	return fmt.Errorf("set the CPU quota: no cpu cgroup for the sandbox under %s", d.cfg.CgroupParent)
 }
 
 func (d *Driver) globalArgs() []string {

@@ -252,6 +252,12 @@ func checkpointPausedLeaveRunning(t *testing.T, freezer bool) {
 	if err := fc.WaitReady(ctx); err != nil {
 		t.Fatalf("agent of the restored copy: %v", err)
 	}
+	// A restore runs with every host core, then gets the sandbox's quota.
+	if b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/cpu/airlock-test", fork.ID, "cpu.cfs_quota_us")); err != nil {
+		t.Logf("no cgroup v1 cpu hierarchy to check the quota: %v", err)
+	} else if q := strings.TrimSpace(string(b)); q != "100000" {
+		t.Errorf("cpu.cfs_quota_us of the restored copy = %s, want 100000 (1 vCPU)", q)
+	}
 	rc, _, err := fc.ReadFile(ctx, "/root/marker")
 	if err != nil {
 		t.Fatal(err)
