@@ -242,6 +242,12 @@ func (d *Driver) launch(ctx context.Context, verb string, spec runtime.Spec, com
 
 	ospec := buildSpec(spec, d.cfg.CgroupParent, d.chanDir(spec.ID))
 	if verb == "restore" {
+		// Recorded first, so that Adopt applies it after a worker crash
+		// right after the restore.
+		q := strconv.FormatInt(int64(spec.VCPUs)*cpuPeriod, 10)
+		if err := os.WriteFile(filepath.Join(dir, cpuQuotaFile), []byte(q), 0o600); err != nil {
+			return nil, fmt.Errorf("gvisor: %s %s: %w", verb, spec.ID, err)
+		}
 		// A restore loads the guest's memory and kernel state inside the
 		// sandbox's cgroup: with the sandbox's own CPU quota (often one
 		// core) that work queues behind itself (a 256 MiB restore took
@@ -317,6 +323,15 @@ func (d *Driver) Adopt(ctx context.Context, id string) (runtime.Sandbox, error) 
 	}
 	if fi, err := os.Stat(d.chanDir(id)); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("gvisor: adopt %s: no channel dir: %w", id, runtime.ErrNotFound)
+	}
+	if b, err := os.ReadFile(filepath.Join(d.sandboxDir(id), cpuQuotaFile)); err == nil {
+		// A restored sandbox: its quota, in case the previous worker died
+		// between the restore and applying it.
+		if q, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil {
+			if err := d.limitCPU(id, q); err != nil {
+				return nil, fmt.Errorf("gvisor: adopt %s: %w", id, err)
+			}
+		}
 	}
 	d.closeHandle(id)
 	// A stale socket file of the previous listener blocks bind(2).
@@ -534,6 +549,9 @@ func (d *Driver) simple(ctx context.Context, verb, id string) error {
 	}
 	return nil
 }
+
+// cpuQuotaFile, in a restored sandbox's run dir, holds its CPU quota.
+const cpuQuotaFile = "cpu_quota"
 
 // limitCPU sets the CPU quota (µs per cpuPeriod) of sandbox id's cgroup,
 // as runsc does from the spec. A sandbox must not run without its limit, so
