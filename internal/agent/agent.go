@@ -25,6 +25,15 @@ import (
 // DefaultMaxOutput is how many bytes of output the agent keeps per process.
 const DefaultMaxOutput = 64 << 20
 
+// Bounds on what the agent keeps of finished processes (their record and
+// output, for re-attaching and listing): beyond either, the oldest finished
+// ones are forgotten when a new process starts. Running processes are
+// never forgotten.
+const (
+	DefaultMaxFinished       = 256
+	DefaultMaxFinishedOutput = 256 << 20
+)
+
 // Config configures an Agent. The zero value is the production setting.
 type Config struct {
 	// PasswdPath and GroupPath are the user databases (default /etc/passwd,
@@ -35,6 +44,10 @@ type Config struct {
 	Home string
 	// MaxOutput bounds the retained output per process (default DefaultMaxOutput).
 	MaxOutput int64
+	// MaxFinished and MaxFinishedOutput bound the finished processes kept
+	// (defaults DefaultMaxFinished, DefaultMaxFinishedOutput).
+	MaxFinished       int
+	MaxFinishedOutput int64
 	// Logger receives diagnostics (default: discard).
 	Logger *slog.Logger
 }
@@ -65,6 +78,12 @@ func New(cfg Config) *Agent {
 	}
 	if cfg.MaxOutput <= 0 {
 		cfg.MaxOutput = DefaultMaxOutput
+	}
+	if cfg.MaxFinished <= 0 {
+		cfg.MaxFinished = DefaultMaxFinished
+	}
+	if cfg.MaxFinishedOutput <= 0 {
+		cfg.MaxFinishedOutput = DefaultMaxFinishedOutput
 	}
 	log := cfg.Logger
 	if log == nil {

@@ -287,3 +287,63 @@ func TestInProcessWithExec(t *testing.T) {
 		}
 	}
 }
+
+// TestFinishedProcessesPruned: finished processes beyond MaxFinished, or
+// beyond MaxFinishedOutput bytes of retained output, are forgotten oldest
+// first when a new process starts; running ones never are.
+func TestFinishedProcessesPruned(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root: processes run with an explicit uid/gid")
+	}
+	a := New(Config{MaxFinished: 3, MaxFinishedOutput: 1 << 20})
+	wait := func(p *process) {
+		t.Helper()
+		for off := int64(0); ; {
+			res := p.out.read(off, 1<<20)
+			off = res.next
+			if res.done {
+				return
+			}
+			if len(res.chunks) == 0 {
+				<-res.wait
+			}
+		}
+	}
+	ids := func() []string {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		var out []string
+		for id := range a.procs {
+			out = append(out, id)
+		}
+		slices.Sort(out)
+		return out
+	}
+	run := func(id string, argv ...string) *process {
+		t.Helper()
+		p, err := a.start(agentapi.ProcessSpec{ID: id, User: "root", Cwd: "/", Argv: argv})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	long := run("running", "sleep", "1000")
+	defer long.signal(syscall.SIGKILL)
+	for i := range 5 {
+		wait(run(fmt.Sprintf("f%d", i), "true"))
+	}
+	// Starting f4 with f0..f3 finished left room for it: at most 3 finished.
+	if got, want := ids(), []string{"f2", "f3", "f4", "running"}; !slices.Equal(got, want) {
+		t.Fatalf("kept %v, want %v", got, want)
+	}
+	// Output bound: a process that leaves 1 MiB+ of output pushes out the
+	// older ones at the next start.
+	wait(run("big", "head", "-c", "1100000", "/dev/zero"))
+	wait(run("next", "true"))
+	if got, want := ids(), []string{"next", "running"}; !slices.Equal(got, want) {
+		t.Fatalf("after a big output kept %v, want %v", got, want)
+	}
+	if _, err := a.proc("f2"); err == nil {
+		t.Fatal("a forgotten process is still found")
+	}
+}

@@ -34,6 +34,13 @@ func newOutputLog(max int64) *outputLog {
 	return &outputLog{max: max, notify: make(chan struct{})}
 }
 
+// retained is how many bytes of output the log holds.
+func (l *outputLog) retained() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.size
+}
+
 // append adds data (which the log now owns) and drops the oldest chunks
 // beyond max.
 func (l *outputLog) append(kind byte, data []byte) {

@@ -322,6 +322,7 @@ func (a *Agent) startWith(spec agentapi.ProcessSpec, setup func(*process)) (*pro
 	if _, ok := a.procs[spec.ID]; ok {
 		return nil, errorf(errConflict, "process %s already exists", spec.ID)
 	}
+	a.pruneLocked()
 	p := &process{id: spec.ID, argv: spec.Argv, started: time.Now().UTC(), out: newOutputLog(a.cfg.MaxOutput)}
 	setup(p)
 	a.procs[spec.ID] = p
@@ -344,6 +345,41 @@ func (a *Agent) startWith(spec agentapi.ProcessSpec, setup func(*process)) (*pro
 		return fail(code, err)
 	}
 	return p, nil
+}
+
+// pruneLocked makes room for a new process: it forgets the oldest finished
+// processes until fewer than MaxFinished are kept and their retained output
+// is at most MaxFinishedOutput. a.mu is held. A reader attached to a forgotten process
+// keeps its output until it is done.
+func (a *Agent) pruneLocked() {
+	type fin struct {
+		id    string
+		ended time.Time
+		bytes int64
+	}
+	var done []fin
+	var total int64
+	for id, p := range a.procs {
+		p.mu.Lock()
+		if p.finished {
+			n := p.out.retained()
+			done = append(done, fin{id, p.ended, n})
+			total += n
+		}
+		p.mu.Unlock()
+	}
+	if len(done) < a.cfg.MaxFinished && total <= a.cfg.MaxFinishedOutput {
+		return
+	}
+	sort.Slice(done, func(i, j int) bool { return done[i].ended.Before(done[j].ended) })
+	for _, f := range done {
+		if len(done) < a.cfg.MaxFinished && total <= a.cfg.MaxFinishedOutput {
+			break
+		}
+		delete(a.procs, f.id)
+		done = done[1:]
+		total -= f.bytes
+	}
 }
 
 // launch creates the pipes and forks the process.
