@@ -53,19 +53,11 @@ func (c *Controller) newRound(ctx context.Context) (*round, []model.Sandbox, err
 
 // listSandboxes returns every page of f.
 func (c *Controller) listSandboxes(ctx context.Context, f store.SandboxFilter) ([]model.Sandbox, error) {
-	var all []model.Sandbox
-	f.Limit = 500
-	for {
-		page, next, err := c.st.ListSandboxes(ctx, f)
-		if err != nil {
-			return nil, fmt.Errorf("controller: list sandboxes: %w", err)
-		}
-		all = append(all, page...)
-		if next == "" || len(page) == 0 {
-			return all, nil
-		}
-		f.Cursor = next
+	all, err := store.ListAllSandboxes(ctx, c.st, f)
+	if err != nil {
+		return nil, fmt.Errorf("controller: list sandboxes: %w", err)
 	}
+	return all, nil
 }
 
 // ReconcileAll runs one full round: every sandbox that is not deleted and

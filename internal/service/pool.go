@@ -58,19 +58,11 @@ func NewPoolMember(p model.Pool, now time.Time, deadline time.Duration) (model.S
 // PoolMembers returns the pool members that count towards a pool: owned by
 // PoolOrgID, not being deleted, not deleted or failed.
 func PoolMembers(ctx context.Context, st store.Store) ([]model.Sandbox, error) {
-	var out []model.Sandbox
-	f := store.SandboxFilter{OrgID: PoolOrgID, Limit: 500}
-	for {
-		page, next, err := st.ListSandboxes(ctx, f)
-		if err != nil {
-			return nil, fmt.Errorf("list pool members: %w", err)
-		}
-		out = append(out, page...)
-		if next == "" || len(page) == 0 {
-			return out, nil
-		}
-		f.Cursor = next
+	out, err := store.ListAllSandboxes(ctx, st, store.SandboxFilter{OrgID: PoolOrgID})
+	if err != nil {
+		return nil, fmt.Errorf("list pool members: %w", err)
 	}
+	return out, nil
 }
 
 // Counts reports whether sb is a live member (not failed, not going away).

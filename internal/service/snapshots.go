@@ -414,9 +414,9 @@ func (s *Service) ImportSandbox(ctx context.Context, p Principal, req apitypes.C
 	if err != nil {
 		return model.Sandbox{}, model.Operation{}, fmt.Errorf("list workers: %w", err)
 	}
-	sbs, err := s.allSandboxes(ctx)
+	sbs, err := store.ListAllSandboxes(ctx, s.Store, store.SandboxFilter{})
 	if err != nil {
-		return model.Sandbox{}, model.Operation{}, err
+		return model.Sandbox{}, model.Operation{}, fmt.Errorf("list sandboxes: %w", err)
 	}
 	wid, err := scheduler.Pick(workers, scheduler.LoadOf(sbs), scheduler.RequestFor(sb), s.now(), WorkerHeartbeatTTL)
 	if err != nil {
@@ -453,23 +453,6 @@ func (s *Service) ImportSandbox(ctx context.Context, p Principal, req apitypes.C
 	s.publish(ctx, &osb, &oop)
 	s.kick()
 	return osb, oop, nil
-}
-
-// allSandboxes lists every sandbox (for placement).
-func (s *Service) allSandboxes(ctx context.Context) ([]model.Sandbox, error) {
-	var all []model.Sandbox
-	f := store.SandboxFilter{Limit: 500}
-	for {
-		page, next, err := s.Store.ListSandboxes(ctx, f)
-		if err != nil {
-			return nil, fmt.Errorf("list sandboxes: %w", err)
-		}
-		all = append(all, page...)
-		if next == "" || len(page) == 0 {
-			return all, nil
-		}
-		f.Cursor = next
-	}
 }
 
 // sendArchive streams an archive into worker w's snapshot store under

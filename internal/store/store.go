@@ -145,3 +145,23 @@ func SnapshotsOf(sb model.Sandbox) SandboxSnapshots {
 func (s SandboxSnapshots) Apply(sb *model.Sandbox) {
 	sb.Checkpoints, sb.Task, sb.Source, sb.StartedFrom = s.Checkpoints, s.Task, s.Source, s.StartedFrom
 }
+
+// ListAllSandboxes returns every page of f (500 per page unless f.Limit
+// says otherwise).
+func ListAllSandboxes(ctx context.Context, st Store, f SandboxFilter) ([]model.Sandbox, error) {
+	var all []model.Sandbox
+	if f.Limit == 0 {
+		f.Limit = 500
+	}
+	for {
+		page, next, err := st.ListSandboxes(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page...)
+		if next == "" || len(page) == 0 {
+			return all, nil
+		}
+		f.Cursor = next
+	}
+}
