@@ -55,17 +55,47 @@ func (s *Service) runningSandbox(ctx context.Context, p Principal, id, what stri
 	if sb.WorkerID == "" {
 		return model.Sandbox{}, model.Worker{}, model.Errorf(model.ErrUnavailable, "sandbox %s is running but has no worker; retry shortly", id)
 	}
-	w, err := s.Store.GetWorker(ctx, sb.WorkerID)
-	if errors.Is(err, model.ErrNotFound) {
-		return model.Sandbox{}, model.Worker{}, model.Errorf(model.ErrUnavailable, "worker %s of sandbox %s is not registered; retry shortly", sb.WorkerID, id)
-	}
+	w, err := s.workerOf(ctx, sb)
 	if err != nil {
-		return model.Sandbox{}, model.Worker{}, fmt.Errorf("get worker %s: %w", sb.WorkerID, err)
-	}
-	if w.DataPlaneURL == "" {
-		return model.Sandbox{}, model.Worker{}, model.Errorf(model.ErrUnavailable, "worker %s has no data-plane URL", w.ID)
+		return model.Sandbox{}, model.Worker{}, err
 	}
 	return sb, w, nil
+}
+
+// workerOf returns the registered worker of a placed sandbox.
+func (s *Service) workerOf(ctx context.Context, sb model.Sandbox) (model.Worker, error) {
+	if sb.WorkerID == "" {
+		return model.Worker{}, model.Errorf(model.ErrConflict, "sandbox %s is not placed on a worker yet; retry when it is running", sb.ID)
+	}
+	w, err := s.Store.GetWorker(ctx, sb.WorkerID)
+	if errors.Is(err, model.ErrNotFound) {
+		return model.Worker{}, model.Errorf(model.ErrUnavailable, "worker %s of sandbox %s is not registered; retry shortly", sb.WorkerID, sb.ID)
+	}
+	if err != nil {
+		return model.Worker{}, fmt.Errorf("get worker %s: %w", sb.WorkerID, err)
+	}
+	if w.DataPlaneURL == "" {
+		return model.Worker{}, model.Errorf(model.ErrUnavailable, "worker %s has no data-plane URL", w.ID)
+	}
+	return w, nil
+}
+
+// workerRequest is a request from the server to worker w's data plane for
+// sandbox sb, at /v1/sandboxes/<sb>/<path>, authorized by a one-minute
+// token with claims c (the sandbox, its org and the expiry filled in).
+func (s *Service) workerRequest(ctx context.Context, w model.Worker, sb model.Sandbox, c token.Claims, method, path string, body io.Reader) (*http.Request, error) {
+	c.SandboxID, c.OrgID, c.Expires = sb.ID, sb.OrgID, s.now().Add(time.Minute).Unix()
+	tok, err := s.sign(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	u := strings.TrimRight(w.DataPlaneURL, "/") + "/v1/sandboxes/" + url.PathEscape(sb.ID) + path
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return nil, fmt.Errorf("request to worker %s: %w", w.ID, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	return req, nil
 }
 
 // CreateCommand prepares a command session on a running sandbox: it returns
@@ -146,16 +176,10 @@ func (s *Service) ListCommands(ctx context.Context, p Principal, sandboxID strin
 	if err != nil {
 		return nil, err
 	}
-	tok, err := s.sign(ctx, token.Claims{SandboxID: sb.ID, OrgID: sb.OrgID, Scope: token.ScopeFiles, Expires: s.now().Add(time.Minute).Unix()})
+	req, err := s.workerRequest(ctx, w, sb, token.Claims{Scope: token.ScopeFiles}, http.MethodGet, "/commands", nil)
 	if err != nil {
 		return nil, err
 	}
-	u := strings.TrimRight(w.DataPlaneURL, "/") + "/v1/sandboxes/" + sb.ID + "/commands"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, fmt.Errorf("list commands: build request: %w", err)
-	}
-	req.Header.Set("Authorization", "Bearer "+tok)
 	resp, err := s.httpClient().Do(req)
 	if err != nil {
 		return nil, model.Errorf(model.ErrUnavailable, "worker %s did not answer listing commands of %s: %v", w.ID, sb.ID, err)

@@ -61,16 +61,7 @@ func (s *Service) CreateSandbox(ctx context.Context, p Principal, req apitypes.C
 	if res.MemoryMiB < MinMemoryMiB || res.MemoryMiB > MaxMemoryMiB {
 		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "resources.memory_mib is %d; it must be between %d and %d", res.MemoryMiB, MinMemoryMiB, MaxMemoryMiB)
 	}
-	if err := validateEnv("env", req.Env); err != nil {
-		return model.Sandbox{}, model.Operation{}, err
-	}
-	if err := validateMetadata(req.Metadata); err != nil {
-		return model.Sandbox{}, model.Operation{}, err
-	}
-	if req.TimeoutS < 0 {
-		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "timeout_s is %d; it must be 0 (no expiry) or more", req.TimeoutS)
-	}
-	idle, err := s.idleSuspend(ctx, p.OrgID, req.IdleSuspendAfterS)
+	sb, err := s.newSandbox(ctx, p, req)
 	if err != nil {
 		return model.Sandbox{}, model.Operation{}, err
 	}
@@ -82,22 +73,9 @@ func (s *Service) CreateSandbox(ctx context.Context, p Principal, req apitypes.C
 		return model.Sandbox{}, model.Operation{}, err
 	}
 
-	now := s.now()
-	sb := model.Sandbox{
-		ID: NewID("sb"), OrgID: p.OrgID, Template: ref, TemplateDigest: tpl.Digest, Runtime: rt,
-		State: model.StatePending, DesiredState: model.StateRunning,
-		Env: req.Env, Metadata: req.Metadata, Resources: res, TimeoutS: req.TimeoutS,
-		CreatedAt: now, UpdatedAt: now, LastActivityAt: now,
-		IdleSuspendS: idle, NoAutoWake: req.AutoWake != nil && !*req.AutoWake,
-	}
-	if req.TimeoutS > 0 {
-		exp := now.Add(time.Duration(req.TimeoutS) * time.Second)
-		sb.ExpiresAt = &exp
-	}
-	op := model.Operation{
-		ID: NewID("op"), OrgID: p.OrgID, SandboxID: sb.ID, Kind: model.OpCreate, State: model.OpPending,
-		Target: model.StateRunning, CreatedAt: now, UpdatedAt: now, Deadline: now.Add(s.deadline()),
-	}
+	sb.ID = NewID("sb")
+	sb.Template, sb.TemplateDigest, sb.Runtime, sb.Resources = ref, tpl.Digest, rt, res
+	op := s.createOp(sb, model.OpCreate)
 	// A running warm-pool member that matches is handed over at once.
 	if csb, cop, ok, err := s.claim(ctx, sb, idempotencyKey); err != nil {
 		return model.Sandbox{}, model.Operation{}, err

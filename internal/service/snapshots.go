@@ -265,8 +265,10 @@ func (s *Service) newSandbox(ctx context.Context, p Principal, req apitypes.Crea
 	return sb, nil
 }
 
+// createOp is the operation that tracks the first start of sb (new, not
+// yet written), dated like sb.
 func (s *Service) createOp(sb model.Sandbox, kind model.OperationKind) model.Operation {
-	now := s.now()
+	now := sb.CreatedAt
 	return model.Operation{
 		ID: NewID("op"), OrgID: sb.OrgID, SandboxID: sb.ID, Kind: kind, State: model.OpPending,
 		Target: model.StateRunning, CreatedAt: now, UpdatedAt: now, Deadline: now.Add(s.deadline()),
@@ -301,17 +303,11 @@ func (s *Service) ExportCheckpoint(ctx context.Context, p Principal, id, name st
 	if err != nil {
 		return Export{}, err
 	}
-	tok, err := s.sign(ctx, token.Claims{SandboxID: sb.ID, OrgID: sb.OrgID, Scope: token.ScopeSnapshot, Snapshot: cp.SnapshotID,
-		Expires: s.now().Add(time.Minute).Unix()})
+	req, err := s.workerRequest(ctx, w, sb, token.Claims{Scope: token.ScopeSnapshot, Snapshot: cp.SnapshotID},
+		http.MethodGet, "/snapshots/"+url.PathEscape(cp.SnapshotID)+"/export", nil)
 	if err != nil {
 		return Export{}, err
 	}
-	u := strings.TrimRight(w.DataPlaneURL, "/") + "/v1/sandboxes/" + url.PathEscape(sb.ID) + "/snapshots/" + url.PathEscape(cp.SnapshotID) + "/export"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return Export{}, fmt.Errorf("export: build request: %w", err)
-	}
-	req.Header.Set("Authorization", "Bearer "+tok)
 	resp, err := streamClient.Do(req)
 	if err != nil {
 		return Export{}, model.Errorf(model.ErrUnavailable, "worker %s did not answer exporting checkpoint %q of %s: %v", w.ID, name, id, err)
@@ -322,24 +318,6 @@ func (s *Service) ExportCheckpoint(ctx context.Context, p Principal, id, name st
 	}
 	s.touch(ctx, sb.ID)
 	return Export{Body: resp.Body, Size: resp.ContentLength, Filename: sb.ID + "-" + name + ".tar"}, nil
-}
-
-// workerOf returns the registered worker of a placed sandbox.
-func (s *Service) workerOf(ctx context.Context, sb model.Sandbox) (model.Worker, error) {
-	if sb.WorkerID == "" {
-		return model.Worker{}, model.Errorf(model.ErrConflict, "sandbox %s is not placed on a worker yet; retry when it is running", sb.ID)
-	}
-	w, err := s.Store.GetWorker(ctx, sb.WorkerID)
-	if errors.Is(err, model.ErrNotFound) {
-		return model.Worker{}, model.Errorf(model.ErrUnavailable, "worker %s of sandbox %s is not registered; retry shortly", sb.WorkerID, sb.ID)
-	}
-	if err != nil {
-		return model.Worker{}, fmt.Errorf("get worker %s: %w", sb.WorkerID, err)
-	}
-	if w.DataPlaneURL == "" {
-		return model.Worker{}, model.Errorf(model.ErrUnavailable, "worker %s has no data-plane URL", w.ID)
-	}
-	return w, nil
 }
 
 // workerError turns a worker's error answer into a model error with its
@@ -458,16 +436,10 @@ func (s *Service) ImportSandbox(ctx context.Context, p Principal, req apitypes.C
 // sendArchive streams an archive into worker w's snapshot store under
 // sandbox sb and returns the committed manifest.
 func (s *Service) sendArchive(ctx context.Context, w model.Worker, sb model.Sandbox, archive io.Reader) (snapshot.Manifest, error) {
-	tok, err := s.sign(ctx, token.Claims{SandboxID: sb.ID, OrgID: sb.OrgID, Scope: token.ScopeSnapshot, Expires: s.now().Add(time.Minute).Unix()})
+	req, err := s.workerRequest(ctx, w, sb, token.Claims{Scope: token.ScopeSnapshot}, http.MethodPost, "/snapshots", archive)
 	if err != nil {
 		return snapshot.Manifest{}, err
 	}
-	u := strings.TrimRight(w.DataPlaneURL, "/") + "/v1/sandboxes/" + url.PathEscape(sb.ID) + "/snapshots"
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, archive)
-	if err != nil {
-		return snapshot.Manifest{}, fmt.Errorf("import: build request: %w", err)
-	}
-	req.Header.Set("Authorization", "Bearer "+tok)
 	req.Header.Set("Content-Type", "application/x-tar")
 	resp, err := streamClient.Do(req)
 	if err != nil {
@@ -493,16 +465,10 @@ func (s *Service) sendArchive(ctx context.Context, w model.Worker, sb model.Sand
 func (s *Service) dropSnapshots(w model.Worker, sb model.Sandbox) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	tok, err := s.sign(ctx, token.Claims{SandboxID: sb.ID, OrgID: sb.OrgID, Scope: token.ScopeSnapshot, Expires: s.now().Add(time.Minute).Unix()})
+	req, err := s.workerRequest(ctx, w, sb, token.Claims{Scope: token.ScopeSnapshot}, http.MethodDelete, "/snapshots", nil)
 	if err != nil {
 		return
 	}
-	u := strings.TrimRight(w.DataPlaneURL, "/") + "/v1/sandboxes/" + url.PathEscape(sb.ID) + "/snapshots"
-	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, u, nil)
-	if err != nil {
-		return
-	}
-	req.Header.Set("Authorization", "Bearer "+tok)
 	if resp, err := s.httpClient().Do(req); err == nil {
 		resp.Body.Close()
 	} else {
