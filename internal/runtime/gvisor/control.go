@@ -46,6 +46,9 @@ const (
 	ctlResume = "containerManager.Resume"
 )
 
+// statePath and stateLockPath are runsc's state file and its lock: runsc
+// names them <container id>_sandbox:<sandbox id>.state/.lock, and the
+// driver's single-container sandboxes use one id for both.
 func (d *Driver) statePath(id string) string {
 	return filepath.Join(d.cfg.StateDir, id+"_sandbox:"+id+".state")
 }

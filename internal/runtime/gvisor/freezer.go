@@ -249,9 +249,7 @@ func thawCgroups(dirs []string) {
 // `runsc state`. The file is runsc's own; the status field is what
 // `runsc state` prints, before runsc's check that the sandbox is alive.
 func (d *Driver) runscStatusFile(id string) (status string, ok bool) {
-	// runsc names the file <container id>_sandbox:<sandbox id>.state; the
-	// driver's single-container sandboxes use one id for both.
-	b, err := os.ReadFile(filepath.Join(d.cfg.StateDir, id+"_sandbox:"+id+".state"))
+	b, err := os.ReadFile(d.statePath(id))
 	if err != nil {
 		return "", false
 	}
