@@ -78,23 +78,25 @@ func (m *Multi) Offered() []string {
 	return names
 }
 
-func (m *Multi) pick(name string) (Driver, error) {
+// pick resolves a runtime name ("" and "auto" included) to a driver and
+// its name in Drivers.
+func (m *Multi) pick(name string) (string, Driver, error) {
 	if name == "" {
 		name = m.Default
 	}
 	if name == Auto {
 		for _, n := range m.Names() {
 			if p, ok := m.Drivers[n].(AutoPreferrer); ok && p.PreferredForAuto(context.Background()) {
-				return m.Drivers[n], nil
+				return n, m.Drivers[n], nil
 			}
 		}
 		name = m.Default
 	}
 	d, ok := m.Drivers[name]
 	if !ok {
-		return nil, fmt.Errorf("runtime %q is not available on this worker (have %v)", name, m.Names())
+		return "", nil, fmt.Errorf("runtime %q is not available on this worker (have %v)", name, m.Names())
 	}
-	return d, nil
+	return name, d, nil
 }
 
 // owner finds the driver that has id: the one remembered, else the first
@@ -123,21 +125,12 @@ func (m *Multi) owner(ctx context.Context, id string) (Driver, error) {
 }
 
 func (m *Multi) Start(ctx context.Context, spec Spec) (Sandbox, error) {
-	d, err := m.pick(spec.Runtime)
+	name, d, err := m.pick(spec.Runtime)
 	if err != nil {
 		return nil, err
 	}
-	m.remember(spec.ID, m.nameOf(d)) // also a half-started one: Delete forgets it
+	m.remember(spec.ID, name) // also a half-started one: Delete forgets it
 	return d.Start(ctx, spec)
-}
-
-func (m *Multi) nameOf(d Driver) string {
-	for name, x := range m.Drivers {
-		if x == d {
-			return name
-		}
-	}
-	return d.Name()
 }
 
 func (m *Multi) Adopt(ctx context.Context, id string) (Sandbox, error) {
@@ -222,7 +215,7 @@ func (m *Multi) Checkpoint(ctx context.Context, id, dir string, leaveRunning boo
 }
 
 func (m *Multi) Restore(ctx context.Context, spec Spec, dir string) (Sandbox, error) {
-	d, err := m.pick(spec.Runtime)
+	name, d, err := m.pick(spec.Runtime)
 	if err != nil {
 		return nil, err
 	}
@@ -230,7 +223,7 @@ func (m *Multi) Restore(ctx context.Context, spec Spec, dir string) (Sandbox, er
 	if !ok {
 		return nil, fmt.Errorf("runtime %s cannot restore sandboxes", d.Name())
 	}
-	m.remember(spec.ID, m.nameOf(d))
+	m.remember(spec.ID, name)
 	return s.Restore(ctx, spec, dir)
 }
 
