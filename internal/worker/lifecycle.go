@@ -101,7 +101,12 @@ func (w *Worker) suspend(ctx context.Context, sb *sandbox, snap runtime.Snapshot
 		rt = w.cfg.Driver.Name()
 	}
 	t0 := time.Now()
-	m, err := w.checkpoint(ctx, snap, sb.id, rt)
+	meta := snapshot.Meta{Kind: snapshot.KindSuspend, Runtime: rt}
+	if s, ok := w.assigned(sb.id); ok {
+		meta = w.snapshotMeta(s, snapshot.KindSuspend, "")
+		meta.Runtime = rt
+	}
+	m, err := w.writeSnapshot(ctx, snap, sb.id, sb.id, false, meta)
 	if err != nil {
 		w.suspendFailed(ctx, sb, err)
 		return
@@ -131,25 +136,25 @@ func (w *Worker) suspend(ctx context.Context, sb *sandbox, snap runtime.Snapshot
 	w.changed()
 }
 
-// checkpoint writes a committed suspend snapshot of id; on failure nothing
-// of it is left in the store.
-func (w *Worker) checkpoint(ctx context.Context, snap runtime.Snapshotter, id, rt string) (snapshot.Manifest, error) {
-	p, err := w.cfg.Snapshots.Begin(id)
+// writeSnapshot checkpoints runtime sandbox id (leaving it running or
+// not) into a snapshot filed under storeID in the store and commits it with
+// meta (suspends, checkpoints, template images). On failure nothing of it
+// is left in the store.
+func (w *Worker) writeSnapshot(ctx context.Context, snap runtime.Snapshotter, storeID, id string, leaveRunning bool, meta snapshot.Meta) (snapshot.Manifest, error) {
+	p, err := w.cfg.Snapshots.Begin(storeID)
 	if err != nil {
 		return snapshot.Manifest{}, fmt.Errorf("begin snapshot: %w", err)
 	}
-	if err := snap.Checkpoint(ctx, id, p.Dir(), false); err != nil {
+	if err := snap.Checkpoint(ctx, id, p.Dir(), leaveRunning); err != nil {
 		return snapshot.Manifest{}, errors.Join(fmt.Errorf("checkpoint: %w", err), abort(p))
 	}
-	meta := snapshot.Meta{Kind: snapshot.KindSuspend, Runtime: rt}
-	if s, ok := w.assigned(id); ok {
-		meta = w.snapshotMeta(s, snapshot.KindSuspend, "")
-		meta.Runtime = rt
-	}
-	// The guest is stopped: from here the snapshot is all there is of it,
-	// so a crash before Commit must not lose it (Recover at worker start).
-	if err := p.MarkComplete(meta); err != nil {
-		w.log.Warn("mark snapshot complete", "sandbox", id, "err", err)
+	if !leaveRunning {
+		// The guest is stopped: from here the snapshot is all there is of
+		// it, so a crash before Commit must not lose it (Recover at worker
+		// start).
+		if err := p.MarkComplete(meta); err != nil {
+			w.log.Warn("mark snapshot complete", "sandbox", id, "err", err)
+		}
 	}
 	m, err := p.Commit(meta)
 	if err != nil {

@@ -94,11 +94,7 @@ func (w *Worker) checkpointTask(ctx context.Context, sb *sandbox, snap runtime.S
 		return workerapi.TaskResult{SnapshotID: m.ID, Bytes: m.Bytes}
 	}
 	t0 := time.Now()
-	p, err := w.cfg.Snapshots.Begin(sb.id)
-	if err != nil {
-		return workerapi.TaskResult{Error: "begin snapshot: " + err.Error()}
-	}
-	cerr := snap.Checkpoint(ctx, sb.id, p.Dir(), true)
+	m, err := w.writeSnapshot(ctx, snap, sb.id, sb.id, true, w.snapshotMeta(s, snapshot.KindCheckpoint, t.Checkpoint))
 	// The agent's channel was re-established (see runtime.Snapshotter): a
 	// new client dials the new connection.
 	w.mu.Lock()
@@ -111,15 +107,9 @@ func (w *Worker) checkpointTask(ctx context.Context, sb *sandbox, snap runtime.S
 	}
 	ac := sb.agent
 	w.mu.Unlock()
-	if cerr != nil {
-		_ = p.Abort()
-		w.taskLostRuntime(ctx, sb, "checkpoint", cerr)
-		return workerapi.TaskResult{Error: cerr.Error()}
-	}
-	m, err := p.Commit(w.snapshotMeta(s, snapshot.KindCheckpoint, t.Checkpoint))
 	if err != nil {
-		_ = p.Abort()
-		return workerapi.TaskResult{Error: "commit snapshot: " + err.Error()}
+		w.taskLostRuntime(ctx, sb, "checkpoint", err)
+		return workerapi.TaskResult{Error: err.Error()}
 	}
 	if !paused && ac != nil {
 		// Data-plane requests wait while the task is busy; let them find

@@ -114,18 +114,9 @@ func (w *Worker) buildTemplateImage(ctx context.Context, s model.Sandbox, rt, ke
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
-	p, err := w.cfg.Snapshots.Begin(key)
+	m, err := w.writeSnapshot(ctx, snap, key, id, false, w.snapshotMeta(s, snapshot.KindTemplate, s.Template))
 	if err != nil {
 		return err
-	}
-	if err := snap.Checkpoint(ctx, id, p.Dir(), false); err != nil {
-		_ = p.Abort()
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	m, err := p.Commit(w.snapshotMeta(s, snapshot.KindTemplate, s.Template))
-	if err != nil {
-		_ = p.Abort()
-		return fmt.Errorf("commit: %w", err)
 	}
 	w.log.Info("template image built", "template", s.Template, "runtime", rt, "image", key, "bytes", m.Bytes, "took", time.Since(t0))
 	return nil
