@@ -1,7 +1,6 @@
 package setup
 
 import (
-	"bytes"
 	"context"
 	"debug/elf"
 	"errors"
@@ -26,8 +25,9 @@ const (
 const RunscEnv = "AIRLOCK_RUNSC"
 
 // EnsureRunsc returns the path of a statically linked runsc: $AIRLOCK_RUNSC
-// if set, else dir/bin/runsc, built with `go install` on first use and reused
-// while its version marker matches RunscVersion.
+// if set, else dir/bin/runsc, built from the pinned gVisor source on first
+// use (buildRunsc) and reused while its version marker matches this build
+// recipe (runscMarker).
 func EnsureRunsc(ctx context.Context, dir string, progress io.Writer) (string, error) {
 	if p := os.Getenv(RunscEnv); p != "" {
 		if err := checkStatic(p); err != nil {
@@ -39,7 +39,7 @@ func EnsureRunsc(ctx context.Context, dir string, progress io.Writer) (string, e
 	bin := filepath.Join(dir, "bin")
 	path := filepath.Join(bin, "runsc")
 	marker := path + ".version"
-	want := RunscModule + "@" + RunscVersion
+	want := runscMarker()
 	if runscCurrent(path, marker, want) {
 		return path, nil
 	}
@@ -66,15 +66,11 @@ func EnsureRunsc(ctx context.Context, dir string, progress io.Writer) (string, e
 	}
 	defer os.RemoveAll(tmp)
 
-	progressf(progress, "runsc: building %s (once; about a minute)", want)
-	cmd := exec.CommandContext(ctx, goBin, "install", want)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOBIN="+tmp)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("ensure runsc: go install %s: %w: %s", want, err, strings.TrimSpace(out.String()))
-	}
+	progressf(progress, "runsc: building %s with precompiled seccomp programs (once; a minute or two)", RunscModule+"@"+RunscVersion)
 	built := filepath.Join(tmp, "runsc")
+	if err := buildRunsc(ctx, goBin, tmp, built, progress); err != nil {
+		return "", fmt.Errorf("ensure runsc: build %s@%s: %w", RunscModule, RunscVersion, err)
+	}
 	if err := checkStatic(built); err != nil {
 		return "", fmt.Errorf("ensure runsc: built binary: %w", err)
 	}

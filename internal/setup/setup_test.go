@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"testing"
 	"time"
@@ -138,7 +139,7 @@ func TestEnsureRunscReuse(t *testing.T) {
 		}
 	})
 	t.Run("current marker is reused", func(t *testing.T) {
-		os.WriteFile(filepath.Join(dir, "bin/runsc.version"), []byte(RunscModule+"@"+RunscVersion+"\n"), 0o644)
+		os.WriteFile(filepath.Join(dir, "bin/runsc.version"), []byte(runscMarker()+"\n"), 0o644)
 		var progress bytes.Buffer
 		p, err := EnsureRunsc(context.Background(), dir, &progress)
 		if err != nil {
@@ -189,6 +190,24 @@ func TestEnsureRunscBuild(t *testing.T) {
 	out, err := exec.Command(p, "--version").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "spec:") {
 		t.Fatalf("runsc --version: %v: %s", err, out)
+	}
+	// The generated registration names each precompiled program by its
+	// configuration key; upstream's Go build has none, and builds the key
+	// only at run time.
+	bin, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{
+		`GOARCH="amd64" Platform="systrap" HostNetwork=false HostNetworkRawSockets=false HostFilesystem=true`,
+		`GOARCH="amd64" Platform="systrap" HostNetwork=false HostNetworkRawSockets=false HostFilesystem=false`,
+	} {
+		if goruntime.GOARCH == "amd64" && !bytes.Contains(bin, []byte(key)) {
+			t.Errorf("runsc has no precompiled seccomp program for %s", key)
+		}
+	}
+	if m, err := os.ReadFile(p + ".version"); err != nil || strings.TrimSpace(string(m)) != runscMarker() {
+		t.Errorf("version marker = %q, %v; want %q", m, err, runscMarker())
 	}
 	if m, _ := filepath.Glob(filepath.Join(dir, ".runsc-build-*")); len(m) > 0 {
 		t.Errorf("build dirs left behind: %v", m)

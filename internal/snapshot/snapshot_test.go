@@ -152,6 +152,59 @@ func TestCommitGetListDelete(t *testing.T) {
 	}
 }
 
+// TestRetire: a retired snapshot is gone from Get and List at once while
+// its files stay until the returned removal runs; an interrupted removal
+// leaves what GC clears.
+func TestRetire(t *testing.T) {
+	s := open(t)
+	fs := randomFiles()
+	m1 := commit(t, s, sbID, fs, snapshot.Meta{Runtime: "gvisor", Kind: snapshot.KindSuspend})
+	m2 := commit(t, s, sbID, fs, snapshot.Meta{Runtime: "gvisor", Kind: snapshot.KindSuspend})
+	du := func() int {
+		n := 0
+		filepath.WalkDir(filepath.Join(s.Dir(), sbID), func(_ string, d os.DirEntry, _ error) error {
+			if d != nil && !d.IsDir() {
+				n++
+			}
+			return nil
+		})
+		return n
+	}
+	before := du()
+	remove, err := s.Retire(sbID, m1.ID)
+	if err != nil {
+		t.Fatalf("Retire: %v", err)
+	}
+	if _, _, err := s.Get(sbID, m1.ID); !errors.Is(err, snapshot.ErrNotFound) {
+		t.Errorf("Get after Retire = %v, want ErrNotFound", err)
+	}
+	if list, _ := s.List(sbID); len(list) != 1 || list[0].ID != m2.ID {
+		t.Errorf("List after Retire = %+v, want only %s", list, m2.ID)
+	}
+	if _, err := s.Retire(sbID, m1.ID); !errors.Is(err, model.ErrNotFound) {
+		t.Errorf("second Retire = %v, want ErrNotFound", err)
+	}
+	if got := du(); got != before {
+		t.Errorf("files after Retire = %d, want all %d until the removal runs", got, before)
+	}
+	if err := remove(); err != nil {
+		t.Fatalf("remove: %v", err)
+	}
+	if got := du(); got != before/2 {
+		t.Errorf("files after the removal = %d, want %d", got, before/2)
+	}
+	// A crash between Retire and the removal: GC clears the leftovers.
+	if _, err := s.Retire(sbID, m2.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.GC(); err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := os.ReadDir(s.Dir()); len(entries) != 0 {
+		t.Errorf("store not empty after GC: %v", entries)
+	}
+}
+
 func TestAbortAndDoubleCommit(t *testing.T) {
 	s := open(t)
 	p, err := s.Begin(sbID)

@@ -114,7 +114,8 @@ func (w *Worker) suspend(ctx context.Context, sb *sandbox, snap runtime.Snapshot
 	w.mu.Lock()
 	closeSandbox(sb) // the guest is stopped: its channel is useless
 	w.mu.Unlock()
-	w.dropSuspendSnapshots(sb.id, m.ID)
+	removeOld := w.dropSuspendSnapshots(sb.id, m.ID)
+	defer removeOld() // after the state is reported (LIFO: after the unlock below)
 	var derr error
 	for i := range 3 {
 		if derr = w.cfg.Driver.Delete(ctx, sb.id); derr == nil {
@@ -236,20 +237,33 @@ func (w *Worker) latestSuspend(id string) (snapshot.Manifest, bool) {
 	return best, found
 }
 
-// dropSuspendSnapshots deletes the suspend snapshots of id except keep.
-func (w *Worker) dropSuspendSnapshots(id, keep string) {
+// dropSuspendSnapshots takes the suspend snapshots of id except keep out
+// of the store (Store.Retire) and returns the function that removes their
+// files, for the caller to run once it has reported the new state.
+func (w *Worker) dropSuspendSnapshots(id, keep string) (remove func()) {
 	if w.cfg.Snapshots == nil {
-		return
+		return func() {}
 	}
 	ms, err := w.cfg.Snapshots.List(id)
 	if err != nil {
 		w.log.Warn("list snapshots", "sandbox", id, "err", err)
-		return
+		return func() {}
 	}
+	var removes []func() error
 	for _, m := range ms {
 		if m.Kind == snapshot.KindSuspend && m.ID != keep {
-			if err := w.cfg.Snapshots.Delete(id, m.ID); err != nil {
+			rm, err := w.cfg.Snapshots.Retire(id, m.ID)
+			if err != nil {
 				w.log.Warn("delete old suspend snapshot", "sandbox", id, "snapshot", m.ID, "err", err)
+				continue
+			}
+			removes = append(removes, rm)
+		}
+	}
+	return func() {
+		for _, rm := range removes {
+			if err := rm(); err != nil {
+				w.log.Warn("delete old suspend snapshot", "sandbox", id, "err", err)
 			}
 		}
 	}
@@ -275,8 +289,9 @@ func (w *Worker) wake(ctx context.Context, sb *sandbox, s model.Sandbox, snapID 
 	h, ac, unusable, err := w.restore(ctx, s, snapID)
 	if err == nil {
 		// The guest runs on: the snapshot it came from goes before anyone
-		// sees it running (see the invariant above).
-		w.dropSuspendSnapshots(sb.id, "")
+		// sees it running (see the invariant above); its files are removed
+		// once it is reported running.
+		defer w.dropSuspendSnapshots(sb.id, "")()
 	}
 	w.mu.Lock()
 	sb.busy = false
