@@ -22,14 +22,6 @@ func (d *Driver) cleanup(ctx context.Context, id string) error {
 	defer d.lock(id)()
 	var errs []error
 
-	// A paused (frozen) sentry answers no runsc command, runsc delete
-	// included, and its tasks ignore SIGKILL until thawed: thaw first.
-	// The guest runs for the few ms until runsc delete kills it.
-	if err := d.thaw(id); err != nil {
-		errs = append(errs, err)
-	}
-	thawCgroups(d.cgroupDirs(id))
-
 	// runsc resolves ids by prefix: only delete when state names exactly id.
 	_, found, err := d.state(ctx, id)
 	if err != nil || found {
@@ -78,10 +70,7 @@ func (d *Driver) cgroupDirs(id string) []string {
 }
 
 // killStragglers SIGKILLs every process whose command line mentions id or
-// that sits in one of the sandbox's cgroups, and waits for them to go. A
-// frozen task only dies once thawed (it waits in D state), so the freezer
-// cgroups are thawed after the kill: the killed tasks die without running
-// again.
+// that sits in one of the sandbox's cgroups, and waits for them to go.
 func killStragglers(ctx context.Context, id string, cgroups []string) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -92,7 +81,6 @@ func killStragglers(ctx context.Context, id string, cgroups []string) error {
 		for _, pid := range pids {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
-		thawCgroups(cgroups)
 		if time.Now().After(deadline) {
 			return fmt.Errorf("processes of %s still alive after SIGKILL: %v", id, pids)
 		}

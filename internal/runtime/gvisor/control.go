@@ -12,7 +12,7 @@ package gvisor
 // its own pause: `runsc resume`, `runsc state`, checkpoint and delete keep
 // working, and a sandbox paused this way survives a worker restart as
 // paused. The kernel is paused by the sentry itself (all tasks stopped at a
-// safe point), unlike a cgroup freeze (see freezer.go).
+// safe point), unlike a cgroup freeze (see the package comment).
 //
 // The state file and the urpc call are runsc internals of the pinned runsc
 // version (internal/setup); anything unexpected (no state file, a field

@@ -15,13 +15,12 @@
 //
 // Pause does what `runsc pause` does — the sentry's "containerManager.Pause"
 // over its control socket, status "paused" in runsc's state file — in
-// process (~0.8 ms instead of ~7.5 ms for the runsc CLI; control.go), or,
-// with Config.FreezerPause (experimental, off by default), freezes that
-// cgroup in the v1 freezer hierarchy (~0.3 ms). Resume thaws a frozen
-// sandbox and resumes one the sentry paused the same way. A frozen sandbox is
-// paused for Status, Adopt and the worker; it answers no runsc command, so
-// Checkpoint and Delete convert or undo the freeze first. See freezer.go
-// for the details and for why freezing is not the default.
+// process (~0.8 ms instead of ~7.5 ms for the runsc CLI; control.go);
+// Resume undoes it the same way. (Freezing the sandbox's cgroup instead,
+// ~0.3 ms, was tried and removed: the cgroup freezer stops the sentry and
+// its systrap stubs at arbitrary points, and under a guest forking in a loop
+// sandboxes died, in the conformance suite about once in 50 pause/resume
+// rounds.)
 package gvisor
 
 import (
@@ -57,12 +56,6 @@ type Config struct {
 	RunDir       string // per-sandbox directories
 	Platform     string // runsc --platform; default "systrap"
 	CgroupParent string // parent of every sandbox cgroup; default "/airlock"
-	// FreezerPause makes Pause freeze the sandbox's cgroup in the v1 freezer
-	// hierarchy (~0.3 ms) instead of running `runsc pause` (~10 ms).
-	// Experimental and off by default: under a fork-heavy guest it has
-	// killed sandboxes (see freezer.go). Whatever it is set to, the driver
-	// recognises, resumes, checkpoints and deletes frozen sandboxes.
-	FreezerPause bool
 	Logger       *slog.Logger
 }
 
@@ -104,13 +97,6 @@ type Driver struct {
 	cfg Config
 	log *slog.Logger
 
-	// freezerRoot is the mount point of the cgroup v1 freezer hierarchy; ""
-	// when there is none (then no sandbox can be frozen).
-	freezerRoot string
-	// noFreezerOnce logs the first sandbox paused through runsc although
-	// the freezer hierarchy exists.
-	noFreezerOnce sync.Once
-
 	mu      sync.Mutex
 	handles map[string]*sandbox // live handles created by this process
 	locks   map[string]*idLock  // per-id locks (see lock)
@@ -137,13 +123,7 @@ func New(cfg Config) (*Driver, error) {
 			return nil, fmt.Errorf("gvisor: create %s: %w", dir, err)
 		}
 	}
-	d := &Driver{cfg: cfg, log: cfg.Logger, handles: map[string]*sandbox{}, locks: map[string]*idLock{}}
-	if root, why := findFreezer(); root != "" {
-		d.freezerRoot = root
-	} else if cfg.FreezerPause {
-		d.log.Warn("no cgroup v1 freezer: Pause uses runsc pause (~10 ms slower)", "reason", why)
-	}
-	return d, nil
+	return &Driver{cfg: cfg, log: cfg.Logger, handles: map[string]*sandbox{}, locks: map[string]*idLock{}}, nil
 }
 
 // Name returns "gvisor".
@@ -363,10 +343,7 @@ type runscState struct {
 	Pid    int    `json:"pid"`
 }
 
-// Status reports what runsc says about the sandbox, except that a sandbox
-// whose freezer cgroup is frozen is StatusPaused (runsc still says running,
-// and could not even be asked: `runsc state` waits for the frozen sentry).
-// A run dir without runsc state (a half-created or half-deleted sandbox) is
+// Status reports what runsc says about the sandbox. A run dir without runsc state (a half-created or half-deleted sandbox) is
 // StatusStopped, so that reconciliation deletes it.
 func (d *Driver) Status(ctx context.Context, id string) (runtime.Status, error) {
 	if err := validID(id); err != nil {
@@ -378,9 +355,6 @@ func (d *Driver) Status(ctx context.Context, id string) (runtime.Status, error) 
 
 // status is Status; the caller holds lock(id).
 func (d *Driver) status(ctx context.Context, id string) (runtime.Status, error) {
-	if d.frozen(id) {
-		return runtime.StatusPaused, nil
-	}
 	st, found, err := d.state(ctx, id)
 	if err != nil {
 		return "", err
@@ -402,8 +376,6 @@ func (d *Driver) status(ctx context.Context, id string) (runtime.Status, error) 
 }
 
 // state runs `runsc state`; found is false when runsc has no such container.
-// runsc state blocks while the sandbox is frozen: callers check frozen first,
-// holding lock(id).
 func (d *Driver) state(ctx context.Context, id string) (st runscState, found bool, err error) {
 	out, err := d.runsc(ctx, "state", id)
 	if err != nil {
@@ -426,8 +398,8 @@ func (d *Driver) state(ctx context.Context, id string) (st runscState, found boo
 // sandboxes included), sorted and unique.
 func (d *Driver) List(ctx context.Context) ([]string, error) {
 	seen := map[string]bool{}
-	// -quiet: ids only, read from the state dir. Without it runsc asks every
-	// running sentry for its state and blocks on a frozen (paused) one.
+	// -quiet: ids only, read from the state dir (without it runsc asks
+	// every running sentry for its state).
 	out, err := d.runsc(ctx, "list", "-quiet")
 	if err != nil {
 		return nil, fmt.Errorf("gvisor: runsc list: %w: %s", err, strings.TrimSpace(string(out)))
@@ -454,82 +426,28 @@ func (d *Driver) List(ctx context.Context) ([]string, error) {
 
 // Pause stops the sandbox in memory as `runsc pause` does (the sentry stops
 // its tasks; done in process, control.go, with the runsc CLI as the
-// fallback). With Config.FreezerPause it instead freezes the sandbox's
-// cgroup in the v1 freezer hierarchy (all its processes: sentry, stubs,
-// gofer) and waits until every task is frozen, at most 5 s (then it thaws
-// again and fails): ~0.3 ms instead of ~10 ms, but see freezer.go for the
-// risk; without a freezer cgroup it pauses the default way. Pausing a paused
-// sandbox (frozen, or paused by runsc) succeeds.
+// fallback). Pausing a paused sandbox succeeds.
 func (d *Driver) Pause(ctx context.Context, id string) error {
 	if err := validID(id); err != nil {
 		return err
 	}
 	defer d.lock(id)()
-	if d.frozen(id) {
-		return nil
-	}
-	if d.cfg.FreezerPause {
-		err := d.freeze(ctx, id)
-		if !errors.Is(err, errNoFreezer) {
-			if err != nil {
-				return fmt.Errorf("gvisor: pause %s: %w", id, err)
-			}
-			return nil
-		}
-		defer d.noteNoFreezer(id)
-	}
 	return d.simple(ctx, "pause", id)
 }
 
-// Resume continues a paused sandbox: it thaws its freezer cgroup and, if
-// runsc has it paused too (paused by an older driver, or left so by a failed
-// Checkpoint), runs `runsc resume`. Resuming a running sandbox succeeds.
+// Resume continues a paused sandbox (paused by Pause, by `runsc pause`, or
+// left so by a failed Checkpoint). Resuming a running sandbox succeeds.
 func (d *Driver) Resume(ctx context.Context, id string) error {
 	if err := validID(id); err != nil {
 		return err
 	}
 	defer d.lock(id)()
-	fs, err := d.freezerState(id)
-	if errors.Is(err, errNoFreezer) {
-		return d.simple(ctx, "resume", id)
-	}
-	if err != nil {
-		return fmt.Errorf("gvisor: resume %s: %w", id, err)
-	}
-	if fs != stateThawed {
-		if err := d.thaw(id); err != nil {
-			return fmt.Errorf("gvisor: resume %s: %w", id, err)
-		}
-	}
-	st, found, err := d.runscStatus(ctx, id)
-	switch {
-	case err != nil:
-		return fmt.Errorf("gvisor: resume %s: %w", id, err)
-	case !found:
-		return fmt.Errorf("gvisor: resume %s: %w", id, runtime.ErrNotFound)
-	case st == "paused":
-		return d.simple(ctx, "resume", id)
-	}
-	return nil
-}
-
-// noteNoFreezer logs, once, that a sandbox was paused through runsc although
-// FreezerPause is set and the freezer hierarchy exists (its cgroup is
-// elsewhere or empty).
-func (d *Driver) noteNoFreezer(id string) {
-	if d.freezerRoot == "" {
-		return // New said why
-	}
-	d.noFreezerOnce.Do(func() {
-		d.log.Warn("sandbox has no freezer cgroup with its processes: paused with runsc pause (slower)",
-			"id", id, "cgroup", d.freezerDir(id))
-	})
+	return d.simple(ctx, "resume", id)
 }
 
 // simple runs `runsc pause` or `runsc resume`; a sandbox already paused
 // (resumed) is left alone. The status comes from runsc's state file where
-// it can (saving a `runsc state`, ~10 ms). The caller holds lock(id) and
-// has checked the sandbox is not frozen.
+// it can (saving a `runsc state`, ~10 ms). The caller holds lock(id).
 func (d *Driver) simple(ctx context.Context, verb, id string) error {
 	// In process first (control.go); the CLI when that does not apply.
 	if err := d.controlPause(ctx, id, verb == "pause"); !errors.Is(err, errNoControl) {

@@ -83,15 +83,6 @@ func TestConformance(t *testing.T) {
 	runtimetest.Run(t, d, runtimetest.Options{RootFS: rootfs, RunDir: run, CgroupParent: "/airlock-test", SuspendWakeCycles: 10})
 }
 
-// TestConformanceFreezer runs the suite with Config.FreezerPause: its pause
-// check and the SuspendWake cycle from paused then use the freezer.
-func TestConformanceFreezer(t *testing.T) {
-	d, rootfs, run := fixture(t)
-	requireFreezer(t, d)
-	gvisor.UseFreezer(d, true)
-	runtimetest.Run(t, d, runtimetest.Options{RootFS: rootfs, RunDir: run, CgroupParent: "/airlock-test", SuspendWakeCycles: 3})
-}
-
 // TestDeleteAfterCrash kills every process of a running sandbox and removes
 // runsc's state, as a host crash might, and checks Delete still cleans up.
 func TestDeleteAfterCrash(t *testing.T) {

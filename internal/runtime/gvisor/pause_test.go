@@ -44,23 +44,7 @@ func startReady(t testing.TB, d *gvisor.Driver, rootfs string) (string, runtime.
 	return id, sb, c
 }
 
-// requireFreezer skips unless the driver pauses with the cgroup freezer.
-func requireFreezer(t testing.TB, d *gvisor.Driver) {
-	t.Helper()
-	if gvisor.FreezerDir(d, "x") == "" {
-		t.Skip("SKIP: no cgroup v1 freezer hierarchy; Pause uses runsc pause")
-	}
-}
-
-// freezerState reads the sandbox's freezer.state ("" if unreadable).
-func freezerState(t testing.TB, d *gvisor.Driver, id string) string {
-	t.Helper()
-	b, _ := os.ReadFile(filepath.Join(gvisor.FreezerDir(d, id), "freezer.state"))
-	return strings.TrimSpace(string(b))
-}
-
-// runscCLI runs a runsc subcommand against d's state dir, bounded: runsc
-// blocks on a frozen sentry.
+// runscCLI runs a runsc subcommand against d's state dir, bounded.
 func runscCLI(t testing.TB, d *gvisor.Driver, args ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -98,112 +82,12 @@ func wantStatus(t testing.TB, d *gvisor.Driver, id string, want runtime.Status) 
 	}
 }
 
-// TestPauseFreezer checks Pause freezes the sandbox's cgroup, that Status,
-// List and Adopt cope with a frozen sentry (which answers no runsc command),
-// and that Pause and Resume are idempotent.
-func TestPauseFreezer(t *testing.T) {
-	d, rootfs, _ := fixture(t)
-	requireFreezer(t, d)
-	gvisor.UseFreezer(d, true)
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
-	id, sb, c := startReady(t, d, rootfs)
-
-	t0 := time.Now()
-	if err := d.Pause(ctx, id); err != nil {
-		t.Fatalf("Pause: %v", err)
-	}
-	t.Logf("Pause took %v", time.Since(t0))
-	if st := freezerState(t, d, id); st != "FROZEN" {
-		t.Fatalf("freezer.state = %q after Pause, want FROZEN", st)
-	}
-	wantStatus(t, d, id, runtime.StatusPaused)
-	if err := d.Pause(ctx, id); err != nil {
-		t.Errorf("second Pause: %v", err)
-	}
-	lctx, lcancel := context.WithTimeout(ctx, 10*time.Second)
-	ids, err := d.List(lctx)
-	lcancel()
-	if err != nil || !slices.Contains(ids, id) {
-		t.Errorf("List with a frozen sandbox = %v, %v", ids, err)
-	}
-
-	// A worker restart: the handle goes, Adopt finds the sandbox paused.
-	c.Close()
-	sb.Close()
-	sb, err = d.Adopt(ctx, id)
-	if err != nil {
-		t.Fatalf("Adopt of a frozen sandbox: %v", err)
-	}
-	defer sb.Close()
-	wantStatus(t, d, id, runtime.StatusPaused)
-
-	t0 = time.Now()
-	if err := d.Resume(ctx, id); err != nil {
-		t.Fatalf("Resume: %v", err)
-	}
-	t.Logf("Resume took %v", time.Since(t0))
-	if st := freezerState(t, d, id); st != "THAWED" {
-		t.Errorf("freezer.state = %q after Resume, want THAWED", st)
-	}
-	wantStatus(t, d, id, runtime.StatusRunning)
-	if err := d.Resume(ctx, id); err != nil {
-		t.Errorf("Resume of a running sandbox: %v", err)
-	}
-	c = agentclient.New(func(ctx context.Context) (net.Conn, error) { return sb.AgentConn(ctx) })
-	defer c.Close()
-	if err := c.WaitReady(ctx); err != nil {
-		t.Fatalf("agent after Adopt and Resume: %v", err)
-	}
-}
-
-// TestPauseRunscPaused pauses a sandbox that runsc already paused (as the
-// driver did before it used the freezer): Pause freezes it too, and Resume
-// undoes both.
-func TestPauseRunscPaused(t *testing.T) {
-	d, rootfs, _ := fixture(t)
-	requireFreezer(t, d)
-	gvisor.UseFreezer(d, true)
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
-	id, _, c := startReady(t, d, rootfs)
-	for _, freeze := range []bool{true, false} {
-		if out, err := runscCLI(t, d, "pause", id); err != nil {
-			t.Fatalf("runsc pause: %v: %s", err, out)
-		}
-		wantStatus(t, d, id, runtime.StatusPaused)
-		if freeze {
-			if err := d.Pause(ctx, id); err != nil {
-				t.Fatalf("Pause of a sandbox runsc paused: %v", err)
-			}
-			if st := freezerState(t, d, id); st != "FROZEN" {
-				t.Errorf("freezer.state = %q after Pause, want FROZEN", st)
-			}
-			wantStatus(t, d, id, runtime.StatusPaused)
-		}
-		if err := d.Resume(ctx, id); err != nil {
-			t.Fatalf("Resume (frozen %v): %v", freeze, err)
-		}
-		if st := freezerState(t, d, id); st != "THAWED" {
-			t.Errorf("freezer.state = %q after Resume, want THAWED", st)
-		}
-		if st := runscStatus(t, d, id); st != "running" {
-			t.Errorf("runsc state after Resume (frozen %v) = %q, want running", freeze, st)
-		}
-		wantStatus(t, d, id, runtime.StatusRunning)
-		if err := c.WaitReady(ctx); err != nil {
-			t.Fatalf("agent after Resume: %v", err)
-		}
-	}
-}
-
-// TestPauseControlSocket pauses the default way (control.go: the sentry's
-// control socket plus runsc's state file, what FreezerPause falls back to
-// without a v1 freezer): runsc sees the sandbox paused, and pauses and
-// resumes done by the runsc CLI and by the driver interoperate.
+// TestPauseControlSocket pauses the driver's way (control.go: the sentry's
+// control socket plus runsc's state file): runsc sees the sandbox paused,
+// and pauses and resumes done by the runsc CLI and by the driver
+// interoperate.
 func TestPauseControlSocket(t *testing.T) {
 	d, rootfs, _ := fixture(t)
-	gvisor.UseFreezer(d, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	id, _, c := startReady(t, d, rootfs)
@@ -252,11 +136,9 @@ func TestPauseControlSocket(t *testing.T) {
 	}
 }
 
-// TestDeletePaused deletes a frozen sandbox: its tasks must be thawed to die.
+// TestDeletePaused deletes a paused sandbox: nothing of it may remain.
 func TestDeletePaused(t *testing.T) {
 	d, rootfs, run := fixture(t)
-	requireFreezer(t, d)
-	gvisor.UseFreezer(d, true)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	id, _, _ := startReady(t, d, rootfs)
@@ -284,9 +166,9 @@ func TestDeletePaused(t *testing.T) {
 }
 
 // BenchmarkPauseResume measures Pause and Resume of one idle sandbox (its
-// agent and a guest loop waking every 20 ms) separately, with the cgroup
-// freezer ("freezer": Config.FreezerPause), the default ("driver": the
-// sentry's control socket and runsc's state file, control.go), and bare
+// agent and a guest loop waking every 20 ms) separately, the driver's way
+// ("driver": the sentry's control socket and runsc's state file,
+// control.go), and bare
 // `runsc pause` / `runsc resume` ("runsc-cli", the baseline).
 // Besides ns/op (the mean) each reports p50-ms and p90-ms.
 //
@@ -311,19 +193,12 @@ func BenchmarkPauseResume(b *testing.B) {
 	// accept a sandbox already in the wanted state) set up each op.
 	modes := []struct {
 		name          string
-		freezer       bool
 		pause, resume func(context.Context, string) error
 	}{
-		{"freezer", true, d.Pause, d.Resume},
-		{"driver", false, d.Pause, d.Resume},
-		{"runsc-cli", false, runscOp("pause"), runscOp("resume")},
+		{"driver", d.Pause, d.Resume},
+		{"runsc-cli", runscOp("pause"), runscOp("resume")},
 	}
 	for _, m := range modes {
-		if m.freezer && gvisor.FreezerDir(d, id) == "" {
-			b.Logf("no cgroup v1 freezer: skipping %s", m.name)
-			continue
-		}
-		gvisor.UseFreezer(d, m.freezer)
 		// Timed op after the untimed setup op, b.N times.
 		bench := func(name string, setup, op func(context.Context, string) error) {
 			b.Run(m.name+"/"+name, func(b *testing.B) {
@@ -355,7 +230,6 @@ func BenchmarkPauseResume(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	gvisor.UseFreezer(d, false)
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := c.WaitReady(wctx); err != nil {

@@ -22,10 +22,8 @@ import (
 // conformance suite's SuspendWake case: files written before a checkpoint
 // come back byte for byte). dir must exist.
 //
-// A sandbox Pause froze is first paused by runsc instead and thawed (runsc
-// checkpoint needs a sentry that runs; see freezeToRunscPause), so it stays
-// paused throughout; a failed Checkpoint leaves it paused by runsc, which
-// Status reports and Resume undoes.
+// A paused sandbox stays paused throughout; a failed Checkpoint leaves it
+// paused, which Status reports and Resume undoes.
 //
 // Without leaveRunning the guest stops ("stopped" in runsc) and the caller
 // releases it with Delete. With leaveRunning the sandbox is restored in
@@ -44,11 +42,6 @@ func (d *Driver) Checkpoint(ctx context.Context, id, dir string, leaveRunning bo
 		return fmt.Errorf("gvisor: checkpoint %s: image dir %q: not a directory (%v): %w", id, dir, err, model.ErrInvalid)
 	}
 	defer d.lock(id)()
-	if d.frozen(id) {
-		if err := d.freezeToRunscPause(ctx, id); err != nil {
-			return fmt.Errorf("gvisor: checkpoint %s: hand the pause over from the freezer to runsc: %w", id, err)
-		}
-	}
 	st, found, err := d.state(ctx, id)
 	if err != nil {
 		return fmt.Errorf("gvisor: checkpoint %s: %w", id, err)
@@ -95,10 +88,8 @@ func (d *Driver) Checkpoint(ctx context.Context, id, dir string, leaveRunning bo
 // more while the guest sockets stay "connected"), so the agent never redials
 // and the channel is dead for good. A restore is ~0.1-0.3 s more.
 //
-// With paused, the restored sandbox is paused again right away with runsc
-// pause, even with Config.FreezerPause: a freeze while the sentry is still
-// setting up its stubs after the restore has crashed it (see freezer.go).
-// The caller holds lock(id).
+// With paused, the restored sandbox is paused again right away. The caller
+// holds lock(id).
 func (d *Driver) resumeInPlace(ctx context.Context, id, dir string, paused bool) error {
 	ctx = context.WithoutCancel(ctx) // half-way is the worst place to stop
 	if out, err := d.runsc(ctx, "delete", "-force", id); err != nil && !notExist(out) {
@@ -171,12 +162,7 @@ func (d *Driver) Restore(ctx context.Context, spec runtime.Spec, dir string) (ru
 		return nil, err
 	}
 	// runsc state without a run dir (a crash half-way through Delete) would
-	// make the restore fail late; refuse early without touching it. (A
-	// frozen one exists; runsc state would wait for it.)
-	if d.frozen(spec.ID) {
-		return nil, fmt.Errorf("gvisor: restore %s: sandbox exists (paused): %w", spec.ID, model.ErrConflict)
-	}
-	// runsc knows a container by its state file: looking for it saves a
+	// make the restore fail late; refuse early without touching it. runsc knows a container by its state file: looking for it saves a
 	// `runsc state` process (~7 ms) on every wake.
 	if _, err := os.Stat(d.statePath(spec.ID)); err == nil {
 		return nil, fmt.Errorf("gvisor: restore %s: sandbox exists: %w", spec.ID, model.ErrConflict)

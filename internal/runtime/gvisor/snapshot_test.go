@@ -15,7 +15,6 @@ import (
 	"github.com/airlock/airlock/internal/agentapi"
 	"github.com/airlock/airlock/internal/agentclient"
 	"github.com/airlock/airlock/internal/runtime"
-	"github.com/airlock/airlock/internal/runtime/gvisor"
 	"github.com/airlock/airlock/internal/runtime/runtimetest"
 )
 
@@ -177,22 +176,11 @@ func TestCheckpointFailure(t *testing.T) {
 	}
 }
 
-// TestCheckpointPausedLeaveRunning checkpoints a paused sandbox (paused by
-// runsc, and frozen by the freezer) without stopping it: it stays paused,
-// answers again after Resume, and the image restores into a running copy.
-func TestCheckpointPausedLeaveRunning(t *testing.T) { checkpointPausedLeaveRunning(t, false) }
-
-// TestCheckpointFrozenLeaveRunning is TestCheckpointPausedLeaveRunning with
-// Config.FreezerPause. (Not a subtest: the longer temp dir names would make
-// the agent socket path too long.)
-func TestCheckpointFrozenLeaveRunning(t *testing.T) { checkpointPausedLeaveRunning(t, true) }
-
-func checkpointPausedLeaveRunning(t *testing.T, freezer bool) {
+// TestCheckpointPausedLeaveRunning checkpoints a paused sandbox without
+// stopping it: it stays paused, answers again after Resume, and the image
+// restores into a running copy.
+func TestCheckpointPausedLeaveRunning(t *testing.T) {
 	d, rootfs, run := fixture(t)
-	if freezer {
-		requireFreezer(t, d)
-		gvisor.UseFreezer(d, true)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	spec := runtime.Spec{ID: runtimetest.NewID(), RootFS: rootfs, VCPUs: 1, MemoryMiB: 256}
@@ -220,20 +208,13 @@ func checkpointPausedLeaveRunning(t *testing.T, freezer bool) {
 	if st, err := d.Status(ctx, spec.ID); err != nil || st != runtime.StatusPaused {
 		t.Errorf("Status after Checkpoint(leaveRunning) of a paused sandbox = %q, %v; want paused", st, err)
 	}
-	if freezer {
-		// Restored in place and paused by runsc (never frozen right after a
-		// restore), no longer frozen.
-		if st := freezerState(t, d, spec.ID); st != "THAWED" {
-			t.Errorf("freezer.state after Checkpoint(leaveRunning) of a frozen sandbox = %q, want THAWED", st)
-		}
-	}
 	if err := d.Resume(ctx, spec.ID); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.WaitReady(ctx); err != nil {
 		st, serr := d.Status(context.Background(), spec.ID)
 		b, _ := os.ReadFile(filepath.Join(run, spec.ID, "runsc.log"))
-		t.Fatalf("agent after Resume: %v (status %q, %v; freezer %q); runsc.log:\n%s", err, st, serr, freezerState(t, d, spec.ID), b)
+		t.Fatalf("agent after Resume: %v (status %q, %v); runsc.log:\n%s", err, st, serr, b)
 	}
 
 	fork := spec

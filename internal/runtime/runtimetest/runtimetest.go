@@ -413,7 +413,11 @@ func (s *suite) testPause(t *testing.T) {
 	}
 	var lastErr error
 	ticks := func() []float64 {
-		rc, _, err := b.c.ReadFile(ctx, "/tmp/ticks")
+		// Bounded: a sandbox that died (its agent never redials) must fail
+		// the test, not hang it.
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		rc, _, err := b.c.ReadFile(rctx, "/tmp/ticks")
 		if err != nil {
 			lastErr = err // not written yet
 			return nil
