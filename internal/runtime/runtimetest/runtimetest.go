@@ -208,9 +208,18 @@ func (s *suite) sh(t *testing.T, b *box, script string) string {
 	return out
 }
 
+// ctx bounds one check's calls to the driver and the agent: a sandbox that
+// dies mid-check (its agent never answers again) fails the check instead of
+// hanging the test binary until go test's timeout.
+func (s *suite) ctx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 func (s *suite) testBoot(t *testing.T) {
 	b := s.start(t)
-	ctx := context.Background()
+	ctx := s.ctx(t)
 	h, err := b.c.Health(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -262,7 +271,7 @@ func (s *suite) testExec(t *testing.T) {
 
 func (s *suite) testFiles(t *testing.T) {
 	b := s.start(t)
-	ctx := context.Background()
+	ctx := s.ctx(t)
 	content := "hello from the host " + b.id + "\n"
 	for _, p := range []string{"/home/user/notes/a.txt", "/etc/airlock-conformance"} {
 		if _, err := b.c.WriteFile(ctx, p, "0640", "", strings.NewReader(content)); err != nil {
@@ -403,7 +412,7 @@ func (s *suite) testPause(t *testing.T) {
 		t.Skipf("driver %s does not implement runtime.Pauser", s.d.Name())
 	}
 	b := s.start(t)
-	ctx := context.Background()
+	ctx := s.ctx(t)
 	// A loop appends the guest's wall clock (seconds.micros) about every
 	// 20 ms. While paused it must not run: its ticks show one gap about as
 	// long as the pause, where a running loop's gaps stay far shorter.
@@ -486,7 +495,7 @@ func (s *suite) testPause(t *testing.T) {
 
 func (s *suite) testDelete(t *testing.T) {
 	b := s.start(t)
-	ctx := context.Background()
+	ctx := s.ctx(t)
 	s.sh(t, b, "echo x > /tmp/x")
 	b.c.Close()
 	if err := s.d.Delete(ctx, b.id); err != nil {
@@ -504,7 +513,7 @@ func (s *suite) testDelete(t *testing.T) {
 // assertGone checks nothing of id is left on the host.
 func (s *suite) assertGone(t *testing.T, id string) {
 	t.Helper()
-	ctx := context.Background()
+	ctx := s.ctx(t)
 	if st, err := s.d.Status(ctx, id); err != nil || st != runtime.StatusGone {
 		t.Errorf("Status after Delete = %q, %v; want gone", st, err)
 	}
