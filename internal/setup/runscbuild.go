@@ -89,22 +89,20 @@ func buildRunsc(ctx context.Context, goBin, dir, out string, progress io.Writer)
 			return err
 		}
 	}
-	env := append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-mod=vendor")
-	run := func(args ...string) error {
+	// Vendoring runs in module mode; the rest builds from vendor/.
+	moduleMode := append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	vendorMode := append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-mod=vendor")
+	runEnv := func(env []string, args ...string) error {
 		cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 		cmd.Dir, cmd.Env = src, env
-		var buf bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &buf, &buf
-		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("%s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(buf.String()))
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(b)))
 		}
 		return nil
 	}
-	// go mod vendor runs in module mode.
-	vendor := exec.CommandContext(ctx, goBin, "mod", "vendor")
-	vendor.Dir, vendor.Env = src, append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
-	if b, err := vendor.CombinedOutput(); err != nil {
-		return fmt.Errorf("go mod vendor: %w: %s", err, strings.TrimSpace(string(b)))
+	run := func(args ...string) error { return runEnv(vendorMode, args...) }
+	if err := runEnv(moduleMode, goBin, "mod", "vendor"); err != nil {
+		return err
 	}
 	vendored := func(rel string) string { return filepath.Join(src, "vendor", filepath.FromSlash(rel)) }
 
