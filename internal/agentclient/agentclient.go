@@ -13,8 +13,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock/airlock/internal/agentapi"
@@ -141,13 +143,40 @@ func (c *Client) Health(ctx context.Context) (agentapi.Health, error) {
 	return h, err
 }
 
+// readyAttempt bounds how long one Health call of WaitReady waits for its
+// answer once it has a connection. A connection on which the agent never
+// answers (a VM guest restored from a snapshot whose channel session did
+// not come up) would otherwise hold WaitReady until its deadline; it is
+// dropped instead and the next attempt dials (and handshakes) afresh. The
+// dial itself is not bounded: a booting guest takes as long as it takes.
+var readyAttempt = 10 * time.Second
+
 // WaitReady polls Health with a short backoff until it answers or ctx ends.
 func (c *Client) WaitReady(ctx context.Context) error {
 	backoff := 5 * time.Millisecond
 	for {
-		_, err := c.Health(ctx)
+		actx, cancel := context.WithCancel(ctx)
+		var timer atomic.Pointer[time.Timer]
+		var conn atomic.Value // net.Conn
+		actx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{
+			GotConn: func(info httptrace.GotConnInfo) {
+				conn.Store(info.Conn)
+				timer.Store(time.AfterFunc(readyAttempt, cancel))
+			},
+		})
+		_, err := c.Health(actx)
+		stuck := actx.Err() != nil && ctx.Err() == nil
+		if t := timer.Load(); t != nil {
+			t.Stop()
+		}
+		cancel()
 		if err == nil {
 			return nil
+		}
+		if nc, ok := conn.Load().(net.Conn); ok && stuck {
+			// Closed, not just released: an HTTP/2 connection whose peer
+			// never answers stays in the pool with its reset stream.
+			nc.Close()
 		}
 		t := time.NewTimer(backoff)
 		select {

@@ -37,11 +37,13 @@ func (s *sandbox) ID() string { return s.id }
 func (s *sandbox) Close() error {
 	s.once.Do(func() {
 		close(s.closed)
+		// Not under s.mu: the connection's Close takes it.
 		s.mu.Lock()
-		if s.active != nil {
-			s.active.Close()
-		}
+		active := s.active
 		s.mu.Unlock()
+		if active != nil {
+			active.Close()
+		}
 	})
 	return nil
 }
