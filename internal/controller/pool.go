@@ -89,7 +89,7 @@ func (c *Controller) deletePoolMember(ctx context.Context, sb model.Sandbox) err
 	nsb := sb
 	nsb.DesiredState = model.StateDeleted
 	op := model.Operation{
-		ID: service.NewID("op"), OrgID: sb.OrgID, SandboxID: sb.ID, Kind: model.OpDelete, State: model.OpPending,
+		ID: model.NewID("op"), OrgID: sb.OrgID, SandboxID: sb.ID, Kind: model.OpDelete, State: model.OpPending,
 		Target: model.StateDeleted, CreatedAt: now, UpdatedAt: now, Deadline: now.Add(c.cfg.OperationDeadline),
 	}
 	nsb, op, err := c.st.UpdateSandboxCreateOperation(ctx, nsb, op)

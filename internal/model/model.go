@@ -5,6 +5,8 @@
 package model
 
 import (
+	"crypto/rand"
+	"encoding/base32"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -314,4 +316,18 @@ type Pool struct {
 	Resources Resources `json:"resources"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+}
+
+var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// NewID returns prefix + "-" + 26 lowercase base32 characters (128 random
+// bits): the ids of sandboxes, operations, snapshots and the rest. Every id
+// of one kind has the same length, which runsc needs (it matches container
+// ids by prefix).
+func NewID(prefix string) string {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return prefix + "-" + idEncoding.EncodeToString(b)
 }

@@ -136,7 +136,7 @@ func (s *Service) Bootstrap(ctx context.Context) (adminSecret string, created bo
 		return "", false, nil
 	}
 	key := model.APIKey{
-		ID: NewID("key"), OrgID: DefaultOrgID, Name: "admin", Prefix: secret[:len(keyPrefix)+8],
+		ID: model.NewID("key"), OrgID: DefaultOrgID, Name: "admin", Prefix: secret[:len(keyPrefix)+8],
 		Hash: hash, Admin: true, CreatedAt: s.now(),
 	}
 	if err := s.Store.CreateAPIKey(ctx, key); err != nil {
@@ -155,7 +155,7 @@ func (s *Service) CreateOrg(ctx context.Context, p Principal, name string) (mode
 	if name == "" || len(name) > 128 {
 		return model.Org{}, model.Errorf(model.ErrUnprocessable, "org name must be 1 to 128 characters")
 	}
-	org := model.Org{ID: NewID("org"), Name: name, CreatedAt: s.now()}
+	org := model.Org{ID: model.NewID("org"), Name: name, CreatedAt: s.now()}
 	if err := s.Store.CreateOrg(ctx, org); err != nil {
 		return model.Org{}, fmt.Errorf("create org: %w", err)
 	}
@@ -228,7 +228,7 @@ func (s *Service) CreateKeyWith(ctx context.Context, p Principal, orgID string, 
 	}
 	secret := newSecretWith(prefix)
 	key := model.APIKey{
-		ID: NewID("key"), OrgID: orgID, Name: name, Prefix: secret[:len(prefix)+8],
+		ID: model.NewID("key"), OrgID: orgID, Name: name, Prefix: secret[:len(prefix)+8],
 		Hash: HashKey(secret), Admin: admin, CreatedAt: s.now(),
 	}
 	if err := s.Store.CreateAPIKey(ctx, key); err != nil {

@@ -154,7 +154,7 @@ func (s *Service) CreateCommand(ctx context.Context, p Principal, sandboxID stri
 		}
 	}
 	spec := model.CommandSpec{
-		ID: NewID("cmd"), SandboxID: sb.ID, Argv: argv, Env: env, Cwd: req.Cwd,
+		ID: model.NewID("cmd"), SandboxID: sb.ID, Argv: argv, Env: env, Cwd: req.Cwd,
 		User: req.User, Stdin: req.Stdin, TimeoutS: req.TimeoutS,
 	}
 	exp := s.now().Add(SessionTTL).Truncate(time.Second)

@@ -186,7 +186,7 @@ func StartLifecycle(ctx context.Context, st store.Store, ev *events.Log, req Lif
 		nsb := sb
 		nsb.DesiredState = tgt
 		op := model.Operation{
-			ID: NewID("op"), OrgID: sb.OrgID, SandboxID: id, Kind: req.Kind, State: model.OpPending,
+			ID: model.NewID("op"), OrgID: sb.OrgID, SandboxID: id, Kind: req.Kind, State: model.OpPending,
 			Target: tgt, Reason: req.Reason, CreatedAt: req.Now, UpdatedAt: req.Now, Deadline: req.Now.Add(req.Deadline),
 		}
 		if req.Task != nil {

@@ -44,12 +44,12 @@ func EnsurePoolOrg(ctx context.Context, st store.Store, now time.Time) error {
 // that tracks it, as CreateSandbox would write them.
 func NewPoolMember(p model.Pool, now time.Time, deadline time.Duration) (model.Sandbox, model.Operation) {
 	sb := model.Sandbox{
-		ID: NewID("sb"), OrgID: PoolOrgID, Template: p.Template, TemplateDigest: p.Digest, Runtime: DefaultRuntime,
+		ID: model.NewID("sb"), OrgID: PoolOrgID, Template: p.Template, TemplateDigest: p.Digest, Runtime: DefaultRuntime,
 		State: model.StatePending, DesiredState: model.StateRunning, Resources: p.Resources,
 		CreatedAt: now, UpdatedAt: now, LastActivityAt: now, Pool: p.Digest,
 	}
 	op := model.Operation{
-		ID: NewID("op"), OrgID: PoolOrgID, SandboxID: sb.ID, Kind: model.OpCreate, State: model.OpPending,
+		ID: model.NewID("op"), OrgID: PoolOrgID, SandboxID: sb.ID, Kind: model.OpCreate, State: model.OpPending,
 		Target: model.StateRunning, CreatedAt: now, UpdatedAt: now, Deadline: now.Add(deadline),
 	}
 	return sb, op
@@ -218,7 +218,7 @@ func (s *Service) claim(ctx context.Context, want model.Sandbox, idempotencyKey 
 		sb.Env, sb.Metadata, sb.TimeoutS, sb.ExpiresAt = want.Env, want.Metadata, want.TimeoutS, want.ExpiresAt
 		sb.IdleSuspendS, sb.NoAutoWake, sb.LastActivityAt, sb.Reason = want.IdleSuspendS, want.NoAutoWake, now, ""
 		op := model.Operation{
-			ID: NewID("op"), OrgID: want.OrgID, SandboxID: m.ID, Kind: model.OpCreate, State: model.OpSucceeded,
+			ID: model.NewID("op"), OrgID: want.OrgID, SandboxID: m.ID, Kind: model.OpCreate, State: model.OpSucceeded,
 			Target: model.StateRunning, CreatedAt: now, UpdatedAt: now, Deadline: now.Add(s.deadline()),
 		}
 		got, gotOp, existed, err := s.Store.ClaimSandbox(ctx, sb, op, idempotencyKey)

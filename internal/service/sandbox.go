@@ -73,7 +73,7 @@ func (s *Service) CreateSandbox(ctx context.Context, p Principal, req apitypes.C
 		return model.Sandbox{}, model.Operation{}, err
 	}
 
-	sb.ID = NewID("sb")
+	sb.ID = model.NewID("sb")
 	sb.Template, sb.TemplateDigest, sb.Runtime, sb.Resources = ref, tpl.Digest, rt, res
 	op := s.createOp(sb, model.OpCreate)
 	// A running warm-pool member that matches is handed over at once.
@@ -291,7 +291,7 @@ func (s *Service) DeleteSandbox(ctx context.Context, p Principal, id string) (mo
 		}
 		now := s.now()
 		op := model.Operation{
-			ID: NewID("op"), OrgID: p.OrgID, SandboxID: id, Kind: model.OpDelete, State: model.OpPending,
+			ID: model.NewID("op"), OrgID: p.OrgID, SandboxID: id, Kind: model.OpDelete, State: model.OpPending,
 			Target: model.StateDeleted, CreatedAt: now, UpdatedAt: now, Deadline: now.Add(s.deadline()),
 		}
 		if err := s.Store.CreateOperation(ctx, op); err != nil {

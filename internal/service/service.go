@@ -10,7 +10,6 @@ package service
 import (
 	"context"
 	"crypto/rand"
-	"encoding/base32"
 	"encoding/base64"
 	"fmt"
 	"log/slog"
@@ -193,17 +192,4 @@ func WorkersReady(st store.Store, now func() time.Time) func(ctx context.Context
 		}
 		return model.Errorf(model.ErrUnavailable, "no worker has sent a heartbeat in the last %s; start one with `airlock worker` (or use `airlock up`)", WorkerHeartbeatTTL)
 	}
-}
-
-var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
-
-// NewID returns prefix + "-" + 26 lowercase base32 characters (128 random
-// bits). Every id of one kind has the same length, which runsc needs (it
-// matches container ids by prefix).
-func NewID(prefix string) string {
-	b := make([]byte, 16)
-	if _, err := rand.Read(b); err != nil {
-		panic(err)
-	}
-	return prefix + "-" + idEncoding.EncodeToString(b)
 }

@@ -212,7 +212,7 @@ func (s *Service) ForkSandboxes(ctx context.Context, p Principal, req apitypes.C
 	out := make([]apitypes.CreateSandboxResponse, 0, count)
 	for i := range count {
 		sb := base
-		sb.ID = NewID("sb")
+		sb.ID = model.NewID("sb")
 		op := s.createOp(sb, model.OpFork)
 		key := ""
 		if idempotencyKey != "" {
@@ -270,7 +270,7 @@ func (s *Service) newSandbox(ctx context.Context, p Principal, req apitypes.Crea
 func (s *Service) createOp(sb model.Sandbox, kind model.OperationKind) model.Operation {
 	now := sb.CreatedAt
 	return model.Operation{
-		ID: NewID("op"), OrgID: sb.OrgID, SandboxID: sb.ID, Kind: kind, State: model.OpPending,
+		ID: model.NewID("op"), OrgID: sb.OrgID, SandboxID: sb.ID, Kind: kind, State: model.OpPending,
 		Target: model.StateRunning, CreatedAt: now, UpdatedAt: now, Deadline: now.Add(s.deadline()),
 	}
 }
@@ -379,7 +379,7 @@ func (s *Service) ImportSandbox(ctx context.Context, p Principal, req apitypes.C
 	if err != nil {
 		return model.Sandbox{}, model.Operation{}, err
 	}
-	sb.ID = NewID("sb")
+	sb.ID = model.NewID("sb")
 	sb.Template, sb.TemplateDigest, sb.Runtime = m.Template, tpl.Digest, m.Runtime
 	if sb.Template == "" {
 		sb.Template = tpl.Digest

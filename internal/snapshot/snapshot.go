@@ -17,7 +17,6 @@
 package snapshot
 
 import (
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -156,15 +155,7 @@ func validKind(kind string) error {
 }
 
 // newID returns "snap-" and 26 random lowercase base32 characters.
-func newID() string {
-	const alphabet = "abcdefghijklmnopqrstuvwxyz234567"
-	b := make([]byte, 26)
-	rand.Read(b)
-	for i := range b {
-		b[i] = alphabet[int(b[i])%len(alphabet)]
-	}
-	return IDPrefix + string(b)
-}
+func newID() string { return model.NewID(strings.TrimSuffix(IDPrefix, "-")) }
 
 func (s *Store) sandboxDir(sandboxID string) string { return filepath.Join(s.root, sandboxID) }
 

@@ -16,7 +16,6 @@ package worker
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
 	"strings"
 	"time"
@@ -137,12 +136,4 @@ func (w *Worker) startFromImage(ctx context.Context, s model.Sandbox, m snapshot
 
 // builderID is a sandbox id for an image builder, as long as the server's
 // ids ("sb-" and 26 characters; runsc matches ids by prefix).
-func builderID() string {
-	const alphabet = "abcdefghijklmnopqrstuvwxyz234567"
-	b := make([]byte, 26)
-	rand.Read(b)
-	for i := range b {
-		b[i] = alphabet[int(b[i])%len(alphabet)]
-	}
-	return "tb-" + string(b)
-}
+func builderID() string { return model.NewID("tb") }

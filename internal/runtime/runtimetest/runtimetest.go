@@ -6,7 +6,6 @@ package runtimetest
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/airlock/airlock/internal/agentapi"
 	"github.com/airlock/airlock/internal/agentclient"
+	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/runtime"
 )
 
@@ -83,15 +83,7 @@ func (o *Options) defaults() {
 }
 
 // NewID returns "sb-" followed by 26 random lowercase base32 characters.
-func NewID() string {
-	const alphabet = "abcdefghijklmnopqrstuvwxyz234567"
-	b := make([]byte, 26)
-	rand.Read(b)
-	for i := range b {
-		b[i] = alphabet[int(b[i])%len(alphabet)]
-	}
-	return "sb-" + string(b)
-}
+func NewID() string { return model.NewID("sb") }
 
 // Run runs the conformance suite against d.
 func Run(t *testing.T, d runtime.Driver, opts Options) {
