@@ -47,30 +47,26 @@ func (s *Service) EnsureRunning(ctx context.Context, p Principal, id string) (mo
 	if _, err := s.GetSandbox(ctx, p, id); err != nil {
 		return model.Operation{}, err
 	}
-	op, started, err := StartLifecycle(ctx, s.Store, s.Events, LifecycleRequest{
-		SandboxID: id, Kind: model.OpWake, Join: true, Now: s.now(), Deadline: s.deadline(),
-	})
-	if err != nil {
-		return model.Operation{}, err
-	}
-	s.touch(ctx, id)
-	if started {
-		s.kick()
-	}
-	return op, nil
+	return s.requestLifecycle(ctx, LifecycleRequest{SandboxID: id, Kind: model.OpWake, Join: true})
 }
 
 func (s *Service) lifecycle(ctx context.Context, p Principal, id string, kind model.OperationKind) (model.Operation, error) {
 	if _, err := s.GetSandbox(ctx, p, id); err != nil {
 		return model.Operation{}, err
 	}
-	op, started, err := StartLifecycle(ctx, s.Store, s.Events, LifecycleRequest{
-		SandboxID: id, Kind: kind, Now: s.now(), Deadline: s.deadline(),
-	})
+	return s.requestLifecycle(ctx, LifecycleRequest{SandboxID: id, Kind: kind})
+}
+
+// requestLifecycle starts (or joins) a transition a client asked for, on
+// the service's clock and deadline; the request is API activity, so the
+// sandbox's idle clock restarts, and a new operation wakes the controller.
+func (s *Service) requestLifecycle(ctx context.Context, req LifecycleRequest) (model.Operation, error) {
+	req.Now, req.Deadline = s.now(), s.deadline()
+	op, started, err := StartLifecycle(ctx, s.Store, s.Events, req)
 	if err != nil {
 		return model.Operation{}, err
 	}
-	s.touch(ctx, id) // API activity: the idle clock restarts
+	s.touch(ctx, req.SandboxID)
 	if started {
 		s.kick()
 	}

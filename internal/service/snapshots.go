@@ -98,8 +98,8 @@ func (s *Service) CreateCheckpoint(ctx context.Context, p Principal, id, name st
 	if !checkpointName.MatchString(name) {
 		return model.Operation{}, model.Errorf(model.ErrUnprocessable, "checkpoint name %q is invalid: use 1-63 of a-z, 0-9, '.', '_' and '-', starting with a letter or digit", name)
 	}
-	op, started, err := StartLifecycle(ctx, s.Store, s.Events, LifecycleRequest{
-		SandboxID: sb.ID, Kind: model.OpCheckpoint, Now: s.now(), Deadline: s.deadline(),
+	return s.requestLifecycle(ctx, LifecycleRequest{
+		SandboxID: sb.ID, Kind: model.OpCheckpoint,
 		Task: &model.Task{Checkpoint: name},
 		Guard: func(cur model.Sandbox) error {
 			if _, ok := cur.FindCheckpoint(name); ok {
@@ -108,14 +108,6 @@ func (s *Service) CreateCheckpoint(ctx context.Context, p Principal, id, name st
 			return nil
 		},
 	})
-	if err != nil {
-		return model.Operation{}, err
-	}
-	s.touch(ctx, sb.ID)
-	if started {
-		s.kick()
-	}
-	return op, nil
 }
 
 // ListCheckpoints returns the completed checkpoints of a sandbox, oldest
@@ -145,8 +137,8 @@ func (s *Service) RollbackSandbox(ctx context.Context, p Principal, id, checkpoi
 		return model.Operation{}, model.Errorf(model.ErrUnprocessable, "checkpoint is required: the name of one of the sandbox's checkpoints (GET /v1/sandboxes/%s/checkpoints)", id)
 	}
 	task := &model.Task{Checkpoint: checkpoint}
-	op, started, err := StartLifecycle(ctx, s.Store, s.Events, LifecycleRequest{
-		SandboxID: sb.ID, Kind: model.OpRollback, Now: s.now(), Deadline: s.deadline(),
+	return s.requestLifecycle(ctx, LifecycleRequest{
+		SandboxID: sb.ID, Kind: model.OpRollback,
 		Task: task,
 		Guard: func(cur model.Sandbox) error {
 			cp, ok := cur.FindCheckpoint(checkpoint)
@@ -157,14 +149,6 @@ func (s *Service) RollbackSandbox(ctx context.Context, p Principal, id, checkpoi
 			return nil
 		},
 	})
-	if err != nil {
-		return model.Operation{}, err
-	}
-	s.touch(ctx, sb.ID)
-	if started {
-		s.kick()
-	}
-	return op, nil
 }
 
 // ForkSandboxes creates req.Count sandboxes (default 1) that start from
