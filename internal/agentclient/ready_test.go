@@ -13,12 +13,10 @@ import (
 	"github.com/airlock/airlock/internal/agentclient"
 )
 
-// TestWaitReadyDropsAStuckConnection: the first connection leads nowhere
-// (bytes are read and never answered, as on a restored VM whose channel
-// session did not come up); WaitReady must give up on it after one attempt
-// and succeed on a fresh connection, well before its own deadline.
-func TestWaitReadyDropsAStuckConnection(t *testing.T) {
-	defer agentclient.SetReadyAttempt(300 * time.Millisecond)()
+// serveHealth serves an agent's /health as HTTP/2 without TLS on a unix
+// socket until the test ends, and returns the socket's path.
+func serveHealth(t *testing.T) string {
+	t.Helper()
 	sock := filepath.Join(t.TempDir(), "agent.sock")
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
@@ -31,7 +29,17 @@ func TestWaitReadyDropsAStuckConnection(t *testing.T) {
 		io.WriteString(w, `{"pid":1}`)
 	})}
 	go srv.Serve(ln)
-	defer srv.Close()
+	t.Cleanup(func() { srv.Close() })
+	return sock
+}
+
+// TestWaitReadyDropsAStuckConnection: the first connection leads nowhere
+// (bytes are read and never answered, as on a restored VM whose channel
+// session did not come up); WaitReady must give up on it after one attempt
+// and succeed on a fresh connection, well before its own deadline.
+func TestWaitReadyDropsAStuckConnection(t *testing.T) {
+	defer agentclient.SetReadyAttempt(300 * time.Millisecond)()
+	sock := serveHealth(t)
 
 	var dials atomic.Int32
 	c := agentclient.New(func(ctx context.Context) (net.Conn, error) {
@@ -60,18 +68,7 @@ func TestWaitReadyDropsAStuckConnection(t *testing.T) {
 // (a guest still booting) is waited for, not abandoned.
 func TestWaitReadySlowDial(t *testing.T) {
 	defer agentclient.SetReadyAttempt(200 * time.Millisecond)()
-	sock := filepath.Join(t.TempDir(), "agent.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var p http.Protocols
-	p.SetUnencryptedHTTP2(true)
-	srv := &http.Server{Protocols: &p, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, `{"pid":1}`)
-	})}
-	go srv.Serve(ln)
-	defer srv.Close()
+	sock := serveHealth(t)
 	var dials atomic.Int32
 	c := agentclient.New(func(ctx context.Context) (net.Conn, error) {
 		dials.Add(1)
