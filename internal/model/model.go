@@ -256,6 +256,10 @@ type APIKey struct {
 	Hash      string    `json:"-"`      // hex sha256 of the secret
 	Admin     bool      `json:"admin"`
 	CreatedAt time.Time `json:"created_at"`
+	// ExpiresAt: the key is refused from then on (nil: never expires).
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// RevokedAt: when an admin revoked the key; it is refused from then on.
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
 }
 
 // Template is an immutable root filesystem, addressed by digest, with a

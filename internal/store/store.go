@@ -29,8 +29,24 @@ type Store interface {
 	// (ErrNotFound if absent).
 	UpdateOrg(ctx context.Context, org model.Org) error
 	CreateAPIKey(ctx context.Context, key model.APIKey) error
-	// GetAPIKeyByHash finds a key by the hex sha256 of its secret.
+	// GetAPIKeyByHash finds a key by the hex sha256 of its secret (revoked
+	// and expired keys too: the caller refuses them by name).
 	GetAPIKeyByHash(ctx context.Context, hash string) (model.APIKey, error)
+	// ListAPIKeys returns every key of orgID (revoked and expired ones
+	// too), oldest first.
+	ListAPIKeys(ctx context.Context, orgID string) ([]model.APIKey, error)
+	// RevokeAPIKey sets RevokedAt of key id of orgID to at (a key revoked
+	// before keeps its first time) and returns the key; ErrNotFound if
+	// orgID has no such key.
+	RevokeAPIKey(ctx context.Context, orgID, id string, at time.Time) (model.APIKey, error)
+
+	// Worker credentials: the hash of each worker's own secret, bound to
+	// its id. PutWorkerCredential stores c only if the stored hash is
+	// oldHash ("": none stored yet), else ErrConflict;
+	// DeleteWorkerCredential is ErrNotFound if absent.
+	GetWorkerCredential(ctx context.Context, workerID string) (WorkerCredential, error)
+	PutWorkerCredential(ctx context.Context, c WorkerCredential, oldHash string) error
+	DeleteWorkerCredential(ctx context.Context, workerID string) error
 
 	// Templates. PutTemplate upserts name:tag → digest.
 	PutTemplate(ctx context.Context, t model.Template) error
@@ -102,6 +118,14 @@ type Store interface {
 	PutSettingIfAbsent(ctx context.Context, key, value string) (string, error)
 
 	Close() error
+}
+
+// WorkerCredential is the stored half of a worker's own secret.
+type WorkerCredential struct {
+	WorkerID   string
+	SecretHash string // hex sha256 of the secret
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
 }
 
 // SandboxFilter selects sandboxes. Zero values mean "any".

@@ -273,20 +273,98 @@ func (s *Store) ListOrgs(ctx context.Context) ([]model.Org, error) {
 // CreateAPIKey inserts a key; ErrConflict if the id or hash exists,
 // ErrInvalid if the org does not.
 func (s *Store) CreateAPIKey(ctx context.Context, k model.APIKey) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO api_keys (id, org_id, name, prefix, hash, admin, created_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-		k.ID, k.OrgID, k.Name, k.Prefix, k.Hash, k.Admin, k.CreatedAt)
+	_, err := s.pool.Exec(ctx, `INSERT INTO api_keys (`+apiKeyCols+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		k.ID, k.OrgID, k.Name, k.Prefix, k.Hash, k.Admin, k.CreatedAt, k.ExpiresAt, k.RevokedAt)
 	return classify("create api key "+k.ID, err)
+}
+
+const apiKeyCols = `id, org_id, name, prefix, hash, admin, created_at, expires_at, revoked_at`
+
+func scanAPIKey(sc scanner) (model.APIKey, error) {
+	var k model.APIKey
+	if err := sc.Scan(&k.ID, &k.OrgID, &k.Name, &k.Prefix, &k.Hash, &k.Admin, &k.CreatedAt, &k.ExpiresAt, &k.RevokedAt); err != nil {
+		return k, err
+	}
+	k.CreatedAt = utc(k.CreatedAt)
+	for _, p := range []**time.Time{&k.ExpiresAt, &k.RevokedAt} {
+		if *p != nil {
+			t := utc(**p)
+			*p = &t
+		}
+	}
+	return k, nil
 }
 
 // GetAPIKeyByHash finds a key by the hex sha256 of its secret.
 func (s *Store) GetAPIKeyByHash(ctx context.Context, hash string) (model.APIKey, error) {
-	var k model.APIKey
-	err := s.pool.QueryRow(ctx, `SELECT id, org_id, name, prefix, hash, admin, created_at
-		FROM api_keys WHERE hash = $1`, hash).
-		Scan(&k.ID, &k.OrgID, &k.Name, &k.Prefix, &k.Hash, &k.Admin, &k.CreatedAt)
-	k.CreatedAt = utc(k.CreatedAt)
+	k, err := scanAPIKey(s.pool.QueryRow(ctx, `SELECT `+apiKeyCols+` FROM api_keys WHERE hash = $1`, hash))
 	return k, classify("get api key by hash", err)
+}
+
+// ListAPIKeys returns every key of orgID, oldest first.
+func (s *Store) ListAPIKeys(ctx context.Context, orgID string) ([]model.APIKey, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+apiKeyCols+` FROM api_keys WHERE org_id = $1 ORDER BY created_at, id`, orgID)
+	if err != nil {
+		return nil, classify("list api keys", err)
+	}
+	out, err := collect(rows, scanAPIKey)
+	if out == nil {
+		out = []model.APIKey{}
+	}
+	return out, classify("list api keys", err)
+}
+
+// RevokeAPIKey marks key id of orgID revoked at at (keeping an earlier
+// revocation) and returns it.
+func (s *Store) RevokeAPIKey(ctx context.Context, orgID, id string, at time.Time) (model.APIKey, error) {
+	k, err := scanAPIKey(s.pool.QueryRow(ctx, `UPDATE api_keys SET revoked_at = coalesce(revoked_at, $1)
+		WHERE org_id = $2 AND id = $3 RETURNING `+apiKeyCols, at, orgID, id))
+	return k, classify("revoke api key "+id, err)
+}
+
+// ---- worker credentials
+
+// GetWorkerCredential returns the stored credential of workerID.
+func (s *Store) GetWorkerCredential(ctx context.Context, workerID string) (store.WorkerCredential, error) {
+	c := store.WorkerCredential{WorkerID: workerID}
+	err := s.pool.QueryRow(ctx, `SELECT secret_hash, created_at, updated_at FROM worker_credentials WHERE worker_id = $1`, workerID).
+		Scan(&c.SecretHash, &c.CreatedAt, &c.UpdatedAt)
+	c.CreatedAt, c.UpdatedAt = utc(c.CreatedAt), utc(c.UpdatedAt)
+	return c, classify("get worker credential "+workerID, err)
+}
+
+// PutWorkerCredential stores c if the stored hash is oldHash ("": none).
+func (s *Store) PutWorkerCredential(ctx context.Context, c store.WorkerCredential, oldHash string) error {
+	step := "put worker credential " + c.WorkerID
+	var tag pgconn.CommandTag
+	var err error
+	if oldHash == "" {
+		tag, err = s.pool.Exec(ctx, `INSERT INTO worker_credentials (worker_id, secret_hash, created_at, updated_at)
+			VALUES ($1, $2, $3, $4) ON CONFLICT (worker_id) DO NOTHING`, c.WorkerID, c.SecretHash, c.CreatedAt, c.UpdatedAt)
+	} else {
+		tag, err = s.pool.Exec(ctx, `UPDATE worker_credentials SET secret_hash = $1, updated_at = $2
+			WHERE worker_id = $3 AND secret_hash = $4`, c.SecretHash, c.UpdatedAt, c.WorkerID, oldHash)
+	}
+	if err != nil {
+		return classify(step, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("postgres: %s: the stored credential changed: %w", step, model.ErrConflict)
+	}
+	return nil
+}
+
+// DeleteWorkerCredential removes the credential of workerID.
+func (s *Store) DeleteWorkerCredential(ctx context.Context, workerID string) error {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM worker_credentials WHERE worker_id = $1`, workerID)
+	if err != nil {
+		return classify("delete worker credential "+workerID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("postgres: delete worker credential %s: %w", workerID, model.ErrNotFound)
+	}
+	return nil
 }
 
 // ---- templates

@@ -313,24 +313,124 @@ func (s *Store) ListOrgs(ctx context.Context) ([]model.Org, error) {
 // CreateAPIKey inserts a key; ErrConflict if the id or hash exists,
 // ErrInvalid if the org does not.
 func (s *Store) CreateAPIKey(ctx context.Context, k model.APIKey) error {
-	_, err := s.w.ExecContext(ctx, `INSERT INTO api_keys (id, org_id, name, prefix, hash, admin, created_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?)`,
-		k.ID, k.OrgID, k.Name, k.Prefix, k.Hash, k.Admin, ts(k.CreatedAt))
+	_, err := s.w.ExecContext(ctx, `INSERT INTO api_keys (`+apiKeyCols+`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		k.ID, k.OrgID, k.Name, k.Prefix, k.Hash, k.Admin, ts(k.CreatedAt), tsPtr(k.ExpiresAt), tsPtr(k.RevokedAt))
 	return classify("create api key "+k.ID, err)
+}
+
+const apiKeyCols = `id, org_id, name, prefix, hash, admin, created_at, expires_at, revoked_at`
+
+func scanAPIKey(sc scanner) (model.APIKey, error) {
+	var k model.APIKey
+	var created string
+	var expires, revoked sql.NullString
+	if err := sc.Scan(&k.ID, &k.OrgID, &k.Name, &k.Prefix, &k.Hash, &k.Admin, &created, &expires, &revoked); err != nil {
+		return k, err
+	}
+	var err error
+	if k.CreatedAt, err = parseTS(created); err != nil {
+		return k, err
+	}
+	for _, f := range []struct {
+		v   sql.NullString
+		dst **time.Time
+	}{{expires, &k.ExpiresAt}, {revoked, &k.RevokedAt}} {
+		if f.v.Valid {
+			t, err := parseTS(f.v.String)
+			if err != nil {
+				return k, err
+			}
+			*f.dst = &t
+		}
+	}
+	return k, nil
 }
 
 // GetAPIKeyByHash finds a key by the hex sha256 of its secret.
 func (s *Store) GetAPIKeyByHash(ctx context.Context, hash string) (model.APIKey, error) {
-	var k model.APIKey
-	var created string
-	err := s.r.QueryRowContext(ctx, `SELECT id, org_id, name, prefix, hash, admin, created_at
-		FROM api_keys WHERE hash = ?`, hash).
-		Scan(&k.ID, &k.OrgID, &k.Name, &k.Prefix, &k.Hash, &k.Admin, &created)
-	if err != nil {
-		return k, classify("get api key by hash", err)
-	}
-	k.CreatedAt, err = parseTS(created)
+	k, err := scanAPIKey(s.r.QueryRowContext(ctx, `SELECT `+apiKeyCols+` FROM api_keys WHERE hash = ?`, hash))
 	return k, classify("get api key by hash", err)
+}
+
+// ListAPIKeys returns every key of orgID, oldest first.
+func (s *Store) ListAPIKeys(ctx context.Context, orgID string) ([]model.APIKey, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+apiKeyCols+` FROM api_keys WHERE org_id = ? ORDER BY created_at, id`, orgID)
+	if err != nil {
+		return nil, classify("list api keys", err)
+	}
+	defer rows.Close()
+	out := []model.APIKey{}
+	for rows.Next() {
+		k, err := scanAPIKey(rows)
+		if err != nil {
+			return nil, classify("list api keys", err)
+		}
+		out = append(out, k)
+	}
+	return out, classify("list api keys", rows.Err())
+}
+
+// RevokeAPIKey marks key id of orgID revoked at at (keeping an earlier
+// revocation) and returns it.
+func (s *Store) RevokeAPIKey(ctx context.Context, orgID, id string, at time.Time) (model.APIKey, error) {
+	k, err := scanAPIKey(s.w.QueryRowContext(ctx, `UPDATE api_keys SET revoked_at = coalesce(revoked_at, ?)
+		WHERE org_id = ? AND id = ? RETURNING `+apiKeyCols, ts(at), orgID, id))
+	return k, classify("revoke api key "+id, err)
+}
+
+// ---- worker credentials
+
+// GetWorkerCredential returns the stored credential of workerID.
+func (s *Store) GetWorkerCredential(ctx context.Context, workerID string) (store.WorkerCredential, error) {
+	c := store.WorkerCredential{WorkerID: workerID}
+	var created, updated string
+	err := s.r.QueryRowContext(ctx, `SELECT secret_hash, created_at, updated_at FROM worker_credentials WHERE worker_id = ?`, workerID).
+		Scan(&c.SecretHash, &created, &updated)
+	if err != nil {
+		return c, classify("get worker credential "+workerID, err)
+	}
+	var e1, e2 error
+	c.CreatedAt, e1 = parseTS(created)
+	c.UpdatedAt, e2 = parseTS(updated)
+	return c, classify("get worker credential "+workerID, errors.Join(e1, e2))
+}
+
+// PutWorkerCredential stores c if the stored hash is oldHash ("": none).
+func (s *Store) PutWorkerCredential(ctx context.Context, c store.WorkerCredential, oldHash string) error {
+	step := "put worker credential " + c.WorkerID
+	var res sql.Result
+	var err error
+	if oldHash == "" {
+		res, err = s.w.ExecContext(ctx, `INSERT INTO worker_credentials (worker_id, secret_hash, created_at, updated_at)
+			VALUES (?, ?, ?, ?) ON CONFLICT (worker_id) DO NOTHING`, c.WorkerID, c.SecretHash, ts(c.CreatedAt), ts(c.UpdatedAt))
+	} else {
+		res, err = s.w.ExecContext(ctx, `UPDATE worker_credentials SET secret_hash = ?, updated_at = ?
+			WHERE worker_id = ? AND secret_hash = ?`, c.SecretHash, ts(c.UpdatedAt), c.WorkerID, oldHash)
+	}
+	if err != nil {
+		return classify(step, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return classify(step, err)
+	} else if n == 0 {
+		return fmt.Errorf("sqlite: %s: the stored credential changed: %w", step, model.ErrConflict)
+	}
+	return nil
+}
+
+// DeleteWorkerCredential removes the credential of workerID.
+func (s *Store) DeleteWorkerCredential(ctx context.Context, workerID string) error {
+	res, err := s.w.ExecContext(ctx, `DELETE FROM worker_credentials WHERE worker_id = ?`, workerID)
+	if err != nil {
+		return classify("delete worker credential "+workerID, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return classify("delete worker credential "+workerID, err)
+	} else if n == 0 {
+		return fmt.Errorf("sqlite: delete worker credential %s: %w", workerID, model.ErrNotFound)
+	}
+	return nil
 }
 
 // ---- templates

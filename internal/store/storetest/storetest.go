@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"reflect"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -30,6 +31,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	}{
 		{"Orgs", testOrgs},
 		{"APIKeys", testAPIKeys},
+		{"WorkerCredentials", testWorkerCredentials},
 		{"Templates", testTemplates},
 		{"SandboxRoundTrip", testSandboxRoundTrip},
 		{"ListSandboxesFilters", testListFilters},
@@ -206,6 +208,76 @@ func testAPIKeys(t *testing.T, s store.Store) {
 	if got.Admin || got.ID != "key-4" {
 		t.Errorf("non-admin key = %+v", got)
 	}
+
+	// Expiry and revocation are stored and listed; revoking twice keeps the
+	// first time; another org's key is not found.
+	exp := at(time.Hour)
+	expiring := model.APIKey{ID: "key-5", OrgID: "org-a", Name: "ttl", Prefix: "al_ef", Hash: "ghi789", CreatedAt: at(2 * time.Second), ExpiresAt: &exp}
+	must(t, "create expiring", s.CreateAPIKey(ctx, expiring))
+	got, err = s.GetAPIKeyByHash(ctx, "ghi789")
+	must(t, "get expiring", err)
+	if got.ExpiresAt == nil || got.RevokedAt != nil {
+		t.Fatalf("expiring key = %+v, want expires_at and no revoked_at", got)
+	}
+	sameTime(t, "expires_at", *got.ExpiresAt, exp)
+	mkOrg(t, s, "org-b")
+	_, err = s.RevokeAPIKey(ctx, "org-b", "key-4", at(time.Minute))
+	wantErr(t, "revoke another org's key", err, model.ErrNotFound)
+	_, err = s.RevokeAPIKey(ctx, "org-a", "key-404", at(time.Minute))
+	wantErr(t, "revoke missing key", err, model.ErrNotFound)
+	rev, err := s.RevokeAPIKey(ctx, "org-a", "key-4", at(time.Minute))
+	must(t, "revoke", err)
+	if rev.ID != "key-4" || rev.RevokedAt == nil {
+		t.Fatalf("revoked = %+v", rev)
+	}
+	sameTime(t, "revoked_at", *rev.RevokedAt, at(time.Minute))
+	rev, err = s.RevokeAPIKey(ctx, "org-a", "key-4", at(2*time.Minute))
+	must(t, "revoke again", err)
+	sameTime(t, "revoked_at kept", *rev.RevokedAt, at(time.Minute))
+	got, err = s.GetAPIKeyByHash(ctx, "def456")
+	must(t, "get revoked", err)
+	if got.RevokedAt == nil {
+		t.Errorf("revoked key read back without revoked_at: %+v", got)
+	}
+	keys, err := s.ListAPIKeys(ctx, "org-a")
+	must(t, "list", err)
+	var ids []string
+	for _, k := range keys {
+		ids = append(ids, k.ID)
+	}
+	if strings.Join(ids, ",") != "key-1,key-4,key-5" {
+		t.Errorf("list org-a = %v, want key-1,key-4,key-5 (oldest first)", ids)
+	}
+	if keys, err := s.ListAPIKeys(ctx, "org-b"); err != nil || keys == nil || len(keys) != 0 {
+		t.Errorf("list org-b = %v, %v; want an empty list", keys, err)
+	}
+}
+
+func testWorkerCredentials(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	_, err := s.GetWorkerCredential(ctx, "w-1")
+	wantErr(t, "get missing", err, model.ErrNotFound)
+	c := store.WorkerCredential{WorkerID: "w-1", SecretHash: "h1", CreatedAt: at(0), UpdatedAt: at(0)}
+	must(t, "put first", s.PutWorkerCredential(ctx, c, ""))
+	wantErr(t, "put first again", s.PutWorkerCredential(ctx, store.WorkerCredential{WorkerID: "w-1", SecretHash: "h2", CreatedAt: at(1), UpdatedAt: at(1)}, ""), model.ErrConflict)
+	wantErr(t, "replace with a wrong old hash", s.PutWorkerCredential(ctx, store.WorkerCredential{WorkerID: "w-1", SecretHash: "h2", UpdatedAt: at(1)}, "nope"), model.ErrConflict)
+	got, err := s.GetWorkerCredential(ctx, "w-1")
+	must(t, "get", err)
+	if got.SecretHash != "h1" {
+		t.Fatalf("hash = %q after refused writes, want h1", got.SecretHash)
+	}
+	sameTime(t, "created_at", got.CreatedAt, at(0))
+	must(t, "replace", s.PutWorkerCredential(ctx, store.WorkerCredential{WorkerID: "w-1", SecretHash: "h2", UpdatedAt: at(time.Second)}, "h1"))
+	got, err = s.GetWorkerCredential(ctx, "w-1")
+	must(t, "get replaced", err)
+	if got.SecretHash != "h2" {
+		t.Fatalf("hash = %q, want h2", got.SecretHash)
+	}
+	sameTime(t, "created_at kept", got.CreatedAt, at(0))
+	sameTime(t, "updated_at", got.UpdatedAt, at(time.Second))
+	must(t, "delete", s.DeleteWorkerCredential(ctx, "w-1"))
+	wantErr(t, "delete again", s.DeleteWorkerCredential(ctx, "w-1"), model.ErrNotFound)
+	must(t, "put after delete", s.PutWorkerCredential(ctx, c, ""))
 }
 
 func testTemplates(t *testing.T, s store.Store) {
