@@ -25,6 +25,9 @@ var (
 	ErrUnavailable   = errors.New("unavailable")
 	ErrRateLimited   = errors.New("rate limited")
 	ErrUnprocessable = errors.New("unprocessable")
+	// ErrQuotaExceeded is a kind of ErrRateLimited (adapters that know no
+	// better answer 429): an org is at one of its quotas.
+	ErrQuotaExceeded = fmt.Errorf("quota exceeded: %w", ErrRateLimited)
 )
 
 // Errorf wraps a sentinel with a user-facing message: errors.Is still finds the
@@ -74,6 +77,10 @@ func (s SandboxState) Valid() bool {
 type Resources struct {
 	VCPUs     int `json:"vcpus"`
 	MemoryMiB int `json:"memory_mib"`
+	// DiskMiB bounds what the guest can write to its filesystem (the gVisor
+	// overlay, the QEMU writable disk); 0 in records older than the limit,
+	// which runtimes treat as their default.
+	DiskMiB int `json:"disk_mib,omitempty"`
 }
 
 // Sandbox is one isolated guest. DesiredState is what the user asked for
@@ -104,6 +111,9 @@ type Sandbox struct {
 	IdleSuspendS int64 `json:"idle_suspend_after_s"`
 	// NoAutoWake opts out of waking a suspended sandbox on data-plane use.
 	NoAutoWake bool `json:"no_auto_wake,omitempty"`
+	// PublicTraffic lets requests reach the sandbox's ports (other than
+	// envd's) without its traffic token (see service.CheckTraffic).
+	PublicTraffic bool `json:"public_traffic,omitempty"`
 	// SnapshotID and SnapshotBytes describe the snapshot of a suspended
 	// sandbox (or the last one taken).
 	SnapshotID    string `json:"snapshot_id,omitempty"`
@@ -241,6 +251,24 @@ type Org struct {
 	// IdleSuspendS overrides DefaultIdleSuspend for the org's sandboxes
 	// (nil: the default; 0: never).
 	IdleSuspendS *int64 `json:"idle_suspend_after_s,omitempty"`
+	// Quotas bound what the org's sandboxes may hold at once; operators
+	// set them.
+	Quotas Quotas `json:"quotas"`
+}
+
+// Quotas are an org's limits; 0 in a field means unlimited. Sandboxes,
+// VCPUs and MemoryMiB count the sandboxes that hold a worker's capacity
+// (every state but suspended, failed, deleting and deleted); DiskMiB counts
+// the disk_mib of every sandbox not deleted (a suspended sandbox's disk is
+// in its snapshot); Checkpoints counts the stored checkpoints of the org's
+// sandboxes; Transfers counts checkpoint exports and imports in progress.
+type Quotas struct {
+	Sandboxes   int `json:"sandboxes,omitempty"`
+	VCPUs       int `json:"vcpus,omitempty"`
+	MemoryMiB   int `json:"memory_mib,omitempty"`
+	DiskMiB     int `json:"disk_mib,omitempty"`
+	Checkpoints int `json:"checkpoints,omitempty"`
+	Transfers   int `json:"transfers,omitempty"`
 }
 
 // FeatureSnapshots gates checkpoints, rollback, fork and export/import.

@@ -25,7 +25,7 @@ type Store interface {
 	CreateOrg(ctx context.Context, org model.Org) error
 	GetOrg(ctx context.Context, id string) (model.Org, error)
 	ListOrgs(ctx context.Context) ([]model.Org, error)
-	// UpdateOrg writes an org's name, features and idle setting
+	// UpdateOrg writes an org's name, features, idle setting and quotas
 	// (ErrNotFound if absent).
 	UpdateOrg(ctx context.Context, org model.Org) error
 	CreateAPIKey(ctx context.Context, key model.APIKey) error

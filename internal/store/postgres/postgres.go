@@ -218,20 +218,28 @@ func (s *Store) CreateOrg(ctx context.Context, org model.Org) error {
 	if err != nil {
 		return fmt.Errorf("postgres: create org %s: %w", org.ID, err)
 	}
-	_, err = s.pool.Exec(ctx, `INSERT INTO orgs (`+orgCols+`) VALUES ($1, $2, $3, $4, $5)`,
-		org.ID, org.Name, org.CreatedAt, features, org.IdleSuspendS)
+	quotas, err := toJSON(org.Quotas)
+	if err != nil {
+		return fmt.Errorf("postgres: create org %s: %w", org.ID, err)
+	}
+	_, err = s.pool.Exec(ctx, `INSERT INTO orgs (`+orgCols+`) VALUES ($1, $2, $3, $4, $5, $6)`,
+		org.ID, org.Name, org.CreatedAt, features, org.IdleSuspendS, quotas)
 	return classify("create org "+org.ID, err)
 }
 
-// UpdateOrg writes the org's name, features and idle setting; ErrNotFound if
-// it does not exist.
+// UpdateOrg writes the org's name, features, idle setting and quotas;
+// ErrNotFound if it does not exist.
 func (s *Store) UpdateOrg(ctx context.Context, org model.Org) error {
 	features, err := toJSON(org.Features)
 	if err != nil {
 		return fmt.Errorf("postgres: update org %s: %w", org.ID, err)
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE orgs SET name = $1, features = $2, idle_suspend_s = $3 WHERE id = $4`,
-		org.Name, features, org.IdleSuspendS, org.ID)
+	quotas, err := toJSON(org.Quotas)
+	if err != nil {
+		return fmt.Errorf("postgres: update org %s: %w", org.ID, err)
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE orgs SET name = $1, features = $2, idle_suspend_s = $3, quotas = $4 WHERE id = $5`,
+		org.Name, features, org.IdleSuspendS, quotas, org.ID)
 	if err != nil {
 		return classify("update org "+org.ID, err)
 	}
@@ -241,17 +249,17 @@ func (s *Store) UpdateOrg(ctx context.Context, org model.Org) error {
 	return nil
 }
 
-const orgCols = `id, name, created_at, features, idle_suspend_s`
+const orgCols = `id, name, created_at, features, idle_suspend_s, quotas`
 
 func scanOrg(sc scanner) (model.Org, error) {
 	var o model.Org
-	var features string
-	err := sc.Scan(&o.ID, &o.Name, &o.CreatedAt, &features, &o.IdleSuspendS)
+	var features, quotas string
+	err := sc.Scan(&o.ID, &o.Name, &o.CreatedAt, &features, &o.IdleSuspendS, &quotas)
 	if err != nil {
 		return o, err
 	}
 	o.CreatedAt = utc(o.CreatedAt)
-	return o, fromJSON(features, &o.Features)
+	return o, errors.Join(fromJSON(features, &o.Features), fromJSON(quotas, &o.Quotas))
 }
 
 // GetOrg returns one org.
@@ -415,7 +423,7 @@ func (s *Store) ListTemplates(ctx context.Context) ([]model.Template, error) {
 
 const sandboxCols = `id, org_id, template, template_digest, runtime, state, desired_state, reason,
 	worker_id, env, metadata, resources, timeout_s, generation, created_at, updated_at,
-	last_activity_at, expires_at, idle_suspend_s, no_auto_wake, snapshot_id, snapshot_bytes, pool, snapshots`
+	last_activity_at, expires_at, idle_suspend_s, no_auto_wake, snapshot_id, snapshot_bytes, pool, snapshots, public_traffic`
 
 func scanSandbox(sc scanner) (model.Sandbox, error) {
 	var sb model.Sandbox
@@ -423,7 +431,7 @@ func scanSandbox(sc scanner) (model.Sandbox, error) {
 	if err := sc.Scan(&sb.ID, &sb.OrgID, &sb.Template, &sb.TemplateDigest, &sb.Runtime, &sb.State,
 		&sb.DesiredState, &sb.Reason, &sb.WorkerID, &env, &meta, &res, &sb.TimeoutS, &sb.Generation,
 		&sb.CreatedAt, &sb.UpdatedAt, &sb.LastActivityAt, &sb.ExpiresAt, &sb.IdleSuspendS, &sb.NoAutoWake,
-		&sb.SnapshotID, &sb.SnapshotBytes, &sb.Pool, &snaps); err != nil {
+		&sb.SnapshotID, &sb.SnapshotBytes, &sb.Pool, &snaps, &sb.PublicTraffic); err != nil {
 		return sb, err
 	}
 	sb.CreatedAt = utc(sb.CreatedAt)
@@ -476,11 +484,11 @@ func (s *Store) CreateSandbox(ctx context.Context, sb model.Sandbox, op model.Op
 	err = s.inTx(ctx, "create sandbox "+sb.ID, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO sandboxes (`+sandboxCols+`)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
-				$19, $20, $21, $22, $23, $24)`,
+				$19, $20, $21, $22, $23, $24, $25)`,
 			sb.ID, sb.OrgID, sb.Template, sb.TemplateDigest, sb.Runtime, sb.State, sb.DesiredState,
 			sb.Reason, sb.WorkerID, env, meta, res, sb.TimeoutS, sb.Generation, sb.CreatedAt,
 			sb.UpdatedAt, sb.LastActivityAt, sb.ExpiresAt,
-			sb.IdleSuspendS, sb.NoAutoWake, sb.SnapshotID, sb.SnapshotBytes, sb.Pool, snaps); err != nil {
+			sb.IdleSuspendS, sb.NoAutoWake, sb.SnapshotID, sb.SnapshotBytes, sb.Pool, snaps, sb.PublicTraffic); err != nil {
 			if idempotencyKey != "" && isUniqueViolation(err) {
 				// Perhaps a concurrent create with the same key and id.
 				return errKeyTaken
@@ -663,14 +671,15 @@ func updateSandbox(ctx context.Context, q querier, sb model.Sandbox) (model.Sand
 			reason = $6, worker_id = $7, env = $8, metadata = $9, resources = $10, timeout_s = $11,
 			generation = generation + 1, updated_at = $12,
 			last_activity_at = GREATEST(last_activity_at, $13), expires_at = $14,
-			idle_suspend_s = $17, no_auto_wake = $18, snapshot_id = $19, snapshot_bytes = $20, pool = $21, snapshots = $22
+			idle_suspend_s = $17, no_auto_wake = $18, snapshot_id = $19, snapshot_bytes = $20, pool = $21, snapshots = $22,
+			public_traffic = $23
 		WHERE id = $15 AND generation = $16
 		RETURNING `+sandboxCols,
 		sb.Template, sb.TemplateDigest, sb.Runtime, sb.State, sb.DesiredState,
 		sb.Reason, sb.WorkerID, env, meta, res, sb.TimeoutS,
 		time.Now(), sb.LastActivityAt, sb.ExpiresAt,
 		sb.ID, sb.Generation,
-		sb.IdleSuspendS, sb.NoAutoWake, sb.SnapshotID, sb.SnapshotBytes, sb.Pool, snaps))
+		sb.IdleSuspendS, sb.NoAutoWake, sb.SnapshotID, sb.SnapshotBytes, sb.Pool, snaps, sb.PublicTraffic))
 	if errors.Is(err, pgx.ErrNoRows) {
 		var gen int64
 		err := q.QueryRow(ctx, `SELECT generation FROM sandboxes WHERE id = $1`, sb.ID).Scan(&gen)

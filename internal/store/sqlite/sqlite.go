@@ -243,20 +243,28 @@ func (s *Store) CreateOrg(ctx context.Context, org model.Org) error {
 	if err != nil {
 		return fmt.Errorf("sqlite: create org %s: %w", org.ID, err)
 	}
-	_, err = s.w.ExecContext(ctx, `INSERT INTO orgs (`+orgCols+`) VALUES (?, ?, ?, ?, ?)`,
-		org.ID, org.Name, ts(org.CreatedAt), features, org.IdleSuspendS)
+	quotas, err := toJSON(org.Quotas)
+	if err != nil {
+		return fmt.Errorf("sqlite: create org %s: %w", org.ID, err)
+	}
+	_, err = s.w.ExecContext(ctx, `INSERT INTO orgs (`+orgCols+`) VALUES (?, ?, ?, ?, ?, ?)`,
+		org.ID, org.Name, ts(org.CreatedAt), features, org.IdleSuspendS, quotas)
 	return classify("create org "+org.ID, err)
 }
 
-// UpdateOrg writes the org's name, features and idle setting; ErrNotFound if
-// it does not exist.
+// UpdateOrg writes the org's name, features, idle setting and quotas;
+// ErrNotFound if it does not exist.
 func (s *Store) UpdateOrg(ctx context.Context, org model.Org) error {
 	features, err := toJSON(org.Features)
 	if err != nil {
 		return fmt.Errorf("sqlite: update org %s: %w", org.ID, err)
 	}
-	res, err := s.w.ExecContext(ctx, `UPDATE orgs SET name = ?, features = ?, idle_suspend_s = ? WHERE id = ?`,
-		org.Name, features, org.IdleSuspendS, org.ID)
+	quotas, err := toJSON(org.Quotas)
+	if err != nil {
+		return fmt.Errorf("sqlite: update org %s: %w", org.ID, err)
+	}
+	res, err := s.w.ExecContext(ctx, `UPDATE orgs SET name = ?, features = ?, idle_suspend_s = ?, quotas = ? WHERE id = ?`,
+		org.Name, features, org.IdleSuspendS, quotas, org.ID)
 	if err != nil {
 		return classify("update org "+org.ID, err)
 	}
@@ -268,13 +276,13 @@ func (s *Store) UpdateOrg(ctx context.Context, org model.Org) error {
 	return nil
 }
 
-const orgCols = `id, name, created_at, features, idle_suspend_s`
+const orgCols = `id, name, created_at, features, idle_suspend_s, quotas`
 
 func scanOrg(sc scanner) (model.Org, error) {
 	var o model.Org
-	var created, features string
+	var created, features, quotas string
 	var idle sql.NullInt64
-	if err := sc.Scan(&o.ID, &o.Name, &created, &features, &idle); err != nil {
+	if err := sc.Scan(&o.ID, &o.Name, &created, &features, &idle, &quotas); err != nil {
 		return o, err
 	}
 	if idle.Valid {
@@ -283,7 +291,7 @@ func scanOrg(sc scanner) (model.Org, error) {
 	}
 	var err error
 	o.CreatedAt, err = parseTS(created)
-	return o, errors.Join(err, fromJSON(features, &o.Features))
+	return o, errors.Join(err, fromJSON(features, &o.Features), fromJSON(quotas, &o.Quotas))
 }
 
 // GetOrg returns one org.
@@ -493,7 +501,7 @@ func (s *Store) ListTemplates(ctx context.Context) ([]model.Template, error) {
 
 const sandboxCols = `id, org_id, template, template_digest, runtime, state, desired_state, reason,
 	worker_id, env, metadata, resources, timeout_s, generation, created_at, updated_at,
-	last_activity_at, expires_at, idle_suspend_s, no_auto_wake, snapshot_id, snapshot_bytes, pool, snapshots`
+	last_activity_at, expires_at, idle_suspend_s, no_auto_wake, snapshot_id, snapshot_bytes, pool, snapshots, public_traffic`
 
 func scanSandbox(sc scanner) (model.Sandbox, error) {
 	var sb model.Sandbox
@@ -502,7 +510,7 @@ func scanSandbox(sc scanner) (model.Sandbox, error) {
 	if err := sc.Scan(&sb.ID, &sb.OrgID, &sb.Template, &sb.TemplateDigest, &sb.Runtime, &sb.State,
 		&sb.DesiredState, &sb.Reason, &sb.WorkerID, &env, &meta, &res, &sb.TimeoutS, &sb.Generation,
 		&created, &updated, &activity, &expires, &sb.IdleSuspendS, &sb.NoAutoWake, &sb.SnapshotID,
-		&sb.SnapshotBytes, &sb.Pool, &snaps); err != nil {
+		&sb.SnapshotBytes, &sb.Pool, &snaps, &sb.PublicTraffic); err != nil {
 		return sb, err
 	}
 	var errs []error
@@ -580,11 +588,11 @@ func (s *Store) CreateSandbox(ctx context.Context, sb model.Sandbox, op model.Op
 			return fmt.Errorf("sqlite: create sandbox %s: %w", sb.ID, err)
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxCols+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			sb.ID, sb.OrgID, sb.Template, sb.TemplateDigest, sb.Runtime, sb.State, sb.DesiredState,
 			sb.Reason, sb.WorkerID, env, meta, res, sb.TimeoutS, sb.Generation, ts(sb.CreatedAt),
 			ts(sb.UpdatedAt), ts(sb.LastActivityAt), tsPtr(sb.ExpiresAt),
-			sb.IdleSuspendS, sb.NoAutoWake, sb.SnapshotID, sb.SnapshotBytes, sb.Pool, snaps); err != nil {
+			sb.IdleSuspendS, sb.NoAutoWake, sb.SnapshotID, sb.SnapshotBytes, sb.Pool, snaps, sb.PublicTraffic); err != nil {
 			return classify("create sandbox "+sb.ID, err)
 		}
 		if err := insertOperation(ctx, tx, op); err != nil {
@@ -740,13 +748,14 @@ func updateSandbox(ctx context.Context, tx *sql.Tx, sb model.Sandbox) (model.San
 			reason = ?, worker_id = ?, env = ?, metadata = ?, resources = ?, timeout_s = ?,
 			generation = generation + 1, updated_at = ?,
 			last_activity_at = max(last_activity_at, ?), expires_at = ?,
-			idle_suspend_s = ?, no_auto_wake = ?, snapshot_id = ?, snapshot_bytes = ?, pool = ?, snapshots = ?
+			idle_suspend_s = ?, no_auto_wake = ?, snapshot_id = ?, snapshot_bytes = ?, pool = ?, snapshots = ?,
+			public_traffic = ?
 		WHERE id = ? AND generation = ?
 		RETURNING `+sandboxCols,
 		sb.Template, sb.TemplateDigest, sb.Runtime, sb.State, sb.DesiredState,
 		sb.Reason, sb.WorkerID, env, meta, res, sb.TimeoutS,
 		ts(time.Now()), ts(sb.LastActivityAt), tsPtr(sb.ExpiresAt),
-		sb.IdleSuspendS, sb.NoAutoWake, sb.SnapshotID, sb.SnapshotBytes, sb.Pool, snaps,
+		sb.IdleSuspendS, sb.NoAutoWake, sb.SnapshotID, sb.SnapshotBytes, sb.Pool, snaps, sb.PublicTraffic,
 		sb.ID, sb.Generation))
 	if errors.Is(err, sql.ErrNoRows) {
 		var gen int64

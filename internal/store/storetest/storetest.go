@@ -30,6 +30,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		fn   func(t *testing.T, s store.Store)
 	}{
 		{"Orgs", testOrgs},
+		{"OrgQuotas", testOrgQuotas},
 		{"APIKeys", testAPIKeys},
 		{"WorkerCredentials", testWorkerCredentials},
 		{"Templates", testTemplates},
@@ -177,6 +178,34 @@ func testOrgs(t *testing.T, s store.Store) {
 	must(t, "list", err)
 	if len(list) != 2 || list[0].ID != "org-b" || list[1].ID != "org-a" {
 		t.Errorf("list = %+v, want org-b then org-a (oldest first)", list)
+	}
+}
+
+// testOrgQuotas: an org's quotas round-trip through create, update, get
+// and list; an org created without them has none (unlimited).
+func testOrgQuotas(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	q := model.Quotas{Sandboxes: 3, VCPUs: 4, MemoryMiB: 2048, DiskMiB: 8192, Checkpoints: 5, Transfers: 1}
+	must(t, "create a", s.CreateOrg(ctx, model.Org{ID: "org-a", Name: "A", CreatedAt: at(0), Quotas: q}))
+	mkOrg(t, s, "org-b")
+	got, err := s.GetOrg(ctx, "org-a")
+	must(t, "get a", err)
+	if got.Quotas != q {
+		t.Errorf("org-a quotas = %+v, want %+v", got.Quotas, q)
+	}
+	b, err := s.GetOrg(ctx, "org-b")
+	must(t, "get b", err)
+	if b.Quotas != (model.Quotas{}) {
+		t.Errorf("org-b quotas = %+v, want none", b.Quotas)
+	}
+	b.Quotas = model.Quotas{Sandboxes: 1}
+	must(t, "update b", s.UpdateOrg(ctx, b))
+	list, err := s.ListOrgs(ctx)
+	must(t, "list", err)
+	for _, o := range list {
+		if o.ID == "org-b" && o.Quotas != b.Quotas {
+			t.Errorf("listed org-b quotas = %+v, want %+v", o.Quotas, b.Quotas)
+		}
 	}
 }
 
@@ -343,6 +372,7 @@ func testSandboxRoundTrip(t *testing.T, s store.Store) {
 	full.ExpiresAt = &exp
 	full.Reason = "why not"
 	full.WorkerID = "w-1"
+	full.PublicTraffic = true
 	op := newOp(full, "op-full")
 
 	gotSB, gotOp, existed, err := s.CreateSandbox(ctx, full, op, "")
@@ -359,6 +389,10 @@ func testSandboxRoundTrip(t *testing.T, s store.Store) {
 	sameSandbox(t, "get", got, full)
 	if got.CreatedAt.Location() != time.UTC {
 		t.Errorf("created_at location = %v, want UTC", got.CreatedAt.Location())
+	}
+	got.PublicTraffic = false
+	if upd, err := s.UpdateSandbox(ctx, got); err != nil || upd.PublicTraffic {
+		t.Errorf("update public_traffic to false: %+v, %v", upd.PublicTraffic, err)
 	}
 
 	bare := mkSandbox(t, s, newSandbox("org-a", "sb-bare", at(time.Second)))
