@@ -184,6 +184,18 @@ func (c *Controller) handleSync(w http.ResponseWriter, r *http.Request) {
 	}
 	var req workerapi.SyncRequest
 	if err := decode(r, &req); err != nil {
+		if errors.Is(err, model.ErrTooLarge) {
+			// The worker is authenticated and alive: its heartbeat counts
+			// even when its observations cannot be read, so one runaway
+			// report never marks the worker (and every sandbox on it)
+			// unreachable.
+			id := r.PathValue("id")
+			if _, herr := c.heartbeat(r.Context(), id, nil); herr != nil {
+				c.log.Warn("controller: heartbeat of an oversized sync", "worker", id, "err", herr)
+			}
+			c.log.Warn("controller: sync body too large; heartbeat recorded, observations dropped", "worker", id, "limit", maxBody)
+			err = model.Errorf(model.ErrTooLarge, "sync body exceeds %d bytes: the heartbeat was recorded but no observation was applied; report fewer or smaller observations (reasons are limited to %d bytes)", maxBody, workerapi.MaxReason)
+		}
 		writeError(w, err)
 		return
 	}
@@ -214,6 +226,7 @@ func (c *Controller) Sync(ctx context.Context, id string, req workerapi.SyncRequ
 	tBeat := time.Since(t0)
 	changed := false
 	for _, o := range req.Observed {
+		o = c.boundObserved(id, o)
 		wrote, err := c.observe(ctx, id, o)
 		if err != nil {
 			c.log.Warn("controller: apply observed state", "worker", id, "sandbox", o.SandboxID, "observed", o.State, "err", err)
@@ -261,6 +274,23 @@ func (c *Controller) Sync(ctx context.Context, id string, req workerapi.SyncRequ
 		}
 		c.waiting.Add(-1)
 	}
+}
+
+// boundObserved truncates an observation's reason and task error to
+// workerapi.MaxReason (a worker bounds them itself; one that does not must
+// not store megabytes of guest text in the sandbox and its events).
+func (c *Controller) boundObserved(wid string, o workerapi.Observed) workerapi.Observed {
+	if len(o.Reason) > workerapi.MaxReason {
+		c.log.Warn("controller: observed reason too long; truncated", "worker", wid, "sandbox", o.SandboxID, "bytes", len(o.Reason), "limit", workerapi.MaxReason)
+		o.Reason = workerapi.TruncateReason(o.Reason)
+	}
+	if o.Task != nil && len(o.Task.Error) > workerapi.MaxReason {
+		c.log.Warn("controller: observed task error too long; truncated", "worker", wid, "sandbox", o.SandboxID, "bytes", len(o.Task.Error), "limit", workerapi.MaxReason)
+		t := *o.Task
+		t.Error = workerapi.TruncateReason(t.Error)
+		o.Task = &t
+	}
+	return o
 }
 
 // heartbeat refreshes worker id's LastHeartbeat (and its templates when

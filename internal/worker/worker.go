@@ -450,6 +450,7 @@ func (w *Worker) checkStatus(ctx context.Context) {
 					reason += ": " + r
 				}
 			}
+			reason = workerapi.TruncateReason(reason) // a driver's reason may quote the guest
 			w.log.Warn("sandbox runtime exited", "sandbox", id, "status", st, "reason", reason)
 			sb.state, sb.reason = model.StateFailed, reason
 			closeSandbox(sb)
@@ -547,11 +548,18 @@ func (w *Worker) observed() (workerapi.SyncRequest, []string) {
 		if st == model.StateDeleting {
 			continue // not gone yet; the server already knows it is deleting
 		}
-		o := workerapi.Observed{SandboxID: id, State: st, Reason: sb.reason, LastActivity: sb.lastActivity}
+		// Reasons may carry guest-controlled text (a QEMU guest's panic
+		// line): bounded, so that no sandbox can make the Sync too large.
+		o := workerapi.Observed{SandboxID: id, State: st, Reason: workerapi.TruncateReason(sb.reason), LastActivity: sb.lastActivity}
 		if st == model.StateSuspended {
 			o.SnapshotID, o.SnapshotBytes = sb.snapshotID, sb.snapshotBytes
 		}
 		o.Task, o.StartedFrom = sb.taskResult, sb.startedFrom
+		if o.Task != nil && len(o.Task.Error) > workerapi.MaxReason {
+			t := *o.Task
+			t.Error = workerapi.TruncateReason(t.Error)
+			o.Task = &t
+		}
 		req.Observed = append(req.Observed, o)
 		if st == model.StateDeleted {
 			reported = append(reported, id)
@@ -827,6 +835,7 @@ func (w *Worker) startOne(ctx context.Context, s model.Sandbox) (_ runtime.Sandb
 		RootFS:    rootfs,
 		VCPUs:     s.Resources.VCPUs,
 		MemoryMiB: s.Resources.MemoryMiB,
+		DiskMiB:   s.Resources.DiskMiB,
 		Hostname:  s.ID,
 	}
 	defer func() {
