@@ -399,15 +399,18 @@ func newWorker(ctx context.Context, o workerOptions) (*worker.Worker, error) {
 	if err := os.MkdirAll(o.dataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
-	runsc, err := setup.EnsureRunsc(ctx, o.dataDir, o.progress)
-	if err != nil {
-		return nil, fmt.Errorf("set up runsc: %w", err)
-	}
+	// The agent first: a dynamic one refuses the start before any set-up.
 	agent, err := findAgent()
 	if err != nil {
 		return nil, err
 	}
-	agent = staticAgent(ctx, agent, o.dataDir, o.progress)
+	if agent, err = staticAgent(ctx, agent, o.dataDir, o.progress); err != nil {
+		return nil, err
+	}
+	runsc, err := setup.EnsureRunsc(ctx, o.dataDir, o.progress)
+	if err != nil {
+		return nil, fmt.Errorf("set up runsc: %w", err)
+	}
 	if _, _, err := setup.EnsureBaseTemplate(ctx, o.dataDir, agent, o.progress); err != nil {
 		return nil, fmt.Errorf("set up the base template: %w", err)
 	}
@@ -500,15 +503,18 @@ func findAgent() (string, error) {
 	return "", errors.New("airlock-agent not found beside the airlock binary or on PATH; build it with ./scripts/build.sh (or set AIRLOCK_AGENT)")
 }
 
-// staticAgent returns a statically linked agent. A cgo build of
-// airlock-agent (plain `go build ./cmd/...`) links the C library; when the
-// module source is at hand (the working directory is this module) it rebuilds
-// the agent with CGO_ENABLED=0 into <dataDir>/bin and returns that. Otherwise
-// it returns agent unchanged (it still runs on the Debian template's libc).
-func staticAgent(ctx context.Context, agent, dataDir string, progress io.Writer) string {
+// staticAgent returns a statically linked agent. The agent is PID 1 of every
+// sandbox (QEMU's /init, where no libc exists), so a cgo build of
+// airlock-agent (a plain `go build ./cmd/...`) does not do. For a dynamic one
+// it rebuilds the agent with CGO_ENABLED=0 into <dataDir>/bin when the module
+// source is at hand (the working directory, or the parent of the directory
+// holding the airlock binary: `go build -o bin/ ./cmd/...`) and go is on
+// PATH; otherwise it fails with a message saying how to build one, so the
+// worker refuses to start instead of half-starting.
+func staticAgent(ctx context.Context, agent, dataDir string, progress io.Writer) (string, error) {
 	f, err := elf.Open(agent)
 	if err != nil {
-		return agent
+		return "", fmt.Errorf("airlock-agent %s: %w; build it with ./scripts/build.sh", agent, err)
 	}
 	dynamic := false
 	for _, p := range f.Progs {
@@ -516,23 +522,57 @@ func staticAgent(ctx context.Context, agent, dataDir string, progress io.Writer)
 			dynamic = true
 		}
 	}
+	for _, sec := range f.Sections {
+		if sec.Type == elf.SHT_DYNAMIC {
+			dynamic = true
+		}
+	}
 	f.Close()
 	if !dynamic {
-		return agent
+		return agent, nil
 	}
-	mod, err := os.ReadFile("go.mod")
-	if err != nil || !strings.Contains(string(mod), "module github.com/airlock/airlock\n") {
-		return agent
+	refuse := func(why string) (string, error) {
+		return "", fmt.Errorf("airlock-agent %s is dynamically linked, but the agent is every sandbox's PID 1 (the QEMU guest's /init) and must be static; %s. "+
+			"Build it with ./scripts/build.sh (or CGO_ENABLED=0 go build -o bin/ ./cmd/airlock-agent) and start again", agent, why)
+	}
+	src := moduleSource()
+	if src == "" {
+		return refuse("no airlock source tree to rebuild it from (neither the working directory nor the parent of the airlock binary's directory)")
+	}
+	gobin, err := execLookPath("go")
+	if err != nil {
+		return refuse("go is not on PATH to rebuild it from " + src)
 	}
 	out := filepath.Join(dataDir, "bin", "airlock-agent")
-	fmt.Fprintf(progress, "agent: %s is dynamically linked; building a static one (CGO_ENABLED=0) into %s\n", agent, out)
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, "./cmd/airlock-agent")
+	fmt.Fprintf(progress, "agent: %s is dynamically linked; building a static one (CGO_ENABLED=0) from %s into %s\n", agent, src, out)
+	cmd := exec.CommandContext(ctx, gobin, "build", "-trimpath", "-o", out, "./cmd/airlock-agent")
+	cmd.Dir = src
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(progress, "agent: static build failed (%v): %s; using %s\n", err, strings.TrimSpace(string(b)), agent)
-		return agent
+		return refuse(fmt.Sprintf("rebuilding it failed (%v): %s", err, strings.TrimSpace(string(b))))
 	}
-	return out
+	return out, nil
+}
+
+// moduleSource is the root of this module's source tree: the working
+// directory or the parent of the airlock binary's directory; "" if neither.
+func moduleSource() string {
+	var dirs []string
+	if wd, err := os.Getwd(); err == nil {
+		dirs = append(dirs, wd)
+	}
+	if exe, err := os.Executable(); err == nil {
+		dirs = append(dirs, filepath.Dir(filepath.Dir(exe)))
+	}
+	for _, d := range dirs {
+		mod, err := os.ReadFile(filepath.Join(d, "go.mod"))
+		if err == nil && strings.Contains(string(mod), "module github.com/airlock/airlock\n") {
+			if _, err := os.Stat(filepath.Join(d, "cmd", "airlock-agent")); err == nil {
+				return d
+			}
+		}
+	}
+	return ""
 }
 
 // ensureAdminKey makes sure <dataDir>/admin.key holds a working admin key of

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	airruntime "github.com/airlock/airlock/internal/runtime"
@@ -32,21 +33,27 @@ var (
 	_ airruntime.Snapshotter = (*lazyQEMU)(nil)
 )
 
-// newLazyQEMU starts setting up the qemu runtime under dataDir.
+var _ airruntime.Availability = (*lazyQEMU)(nil)
+
+// newLazyQEMU starts setting up the qemu runtime under dataDir. A failed
+// set-up makes the runtime unavailable (Unavailable says why): its own
+// sandboxes fail with that reason, and gVisor's are not affected.
 func newLazyQEMU(ctx context.Context, dataDir, agent string, progress io.Writer, log *slog.Logger) *lazyQEMU {
 	l := &lazyQEMU{runDir: filepath.Join(dataDir, "qemu-run"), ready: make(chan struct{})}
 	go func() {
 		defer close(l.ready)
 		assets, err := setup.EnsureQEMU(ctx, dataDir, agent, progress)
+		if err == nil {
+			l.drv, err = qemu.New(qemu.Config{Assets: assets, CacheDir: dataDir, RunDir: l.runDir, Logger: log.With("component", "qemu")})
+		}
 		if err != nil {
-			l.err = fmt.Errorf("qemu runtime set-up: %w", err)
-			log.Error("qemu runtime unavailable", "err", err)
+			l.drv = nil
+			l.err = &airruntime.UnavailableError{Runtime: qemu.Name, Err: fmt.Errorf("qemu runtime set-up: %w", err)}
+			log.Error("qemu runtime unavailable; gVisor sandboxes are not affected", "err", err)
+			fmt.Fprintf(progress, "qemu: runtime unavailable: %v\n", err)
 			return
 		}
-		l.drv, l.err = qemu.New(qemu.Config{Assets: assets, CacheDir: dataDir, RunDir: l.runDir, Logger: log.With("component", "qemu")})
-		if l.err == nil {
-			fmt.Fprintf(progress, "qemu: runtime ready (guest kernel %s, accel %s)\n", assets.KernelRelease, l.drv.Accel(ctx))
-		}
+		fmt.Fprintf(progress, "qemu: runtime ready (guest kernel %s, accel %s)\n", assets.KernelRelease, l.drv.Accel(ctx))
 	}()
 	return l
 }
@@ -58,6 +65,39 @@ func (l *lazyQEMU) get(ctx context.Context) (*qemu.Driver, error) {
 	case <-ctx.Done():
 		return nil, fmt.Errorf("qemu runtime is still being set up: %w", ctx.Err())
 	}
+}
+
+// Unavailable is the reason the set-up failed; nil while it runs or after
+// it succeeded.
+func (l *lazyQEMU) Unavailable() error {
+	select {
+	case <-l.ready:
+		return l.err
+	default:
+		return nil
+	}
+}
+
+// has reports whether a qemu sandbox id has left a trace here (its run dir),
+// for an unavailable runtime that cannot ask QEMU.
+func (l *lazyQEMU) has(id string) bool {
+	if id == "" || id != filepath.Base(id) || id[0] == '.' {
+		return false
+	}
+	_, err := os.Lstat(filepath.Join(l.runDir, id))
+	return err == nil
+}
+
+// own lists the sandbox ids with a run dir.
+func (l *lazyQEMU) own() []string {
+	entries, _ := os.ReadDir(l.runDir)
+	var ids []string
+	for _, e := range entries {
+		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids
 }
 
 // none reports that no qemu sandbox was ever created here, so List and
@@ -91,7 +131,7 @@ func (l *lazyQEMU) Adopt(ctx context.Context, id string) (airruntime.Sandbox, er
 }
 
 func (l *lazyQEMU) Delete(ctx context.Context, id string) error {
-	if l.none() {
+	if l.none() || (l.Unavailable() != nil && !l.has(id)) {
 		return nil
 	}
 	d, err := l.get(ctx)
@@ -101,9 +141,14 @@ func (l *lazyQEMU) Delete(ctx context.Context, id string) error {
 	return d.Delete(ctx, id)
 }
 
+// List of an unavailable runtime is the ids it has a trace of: the worker
+// then finds them, and they fail with the runtime's reason.
 func (l *lazyQEMU) List(ctx context.Context) ([]string, error) {
 	if l.none() {
 		return nil, nil
+	}
+	if l.Unavailable() != nil {
+		return l.own(), nil
 	}
 	d, err := l.get(ctx)
 	if err != nil {
@@ -113,7 +158,7 @@ func (l *lazyQEMU) List(ctx context.Context) ([]string, error) {
 }
 
 func (l *lazyQEMU) Status(ctx context.Context, id string) (airruntime.Status, error) {
-	if l.none() {
+	if l.none() || (l.Unavailable() != nil && !l.has(id)) {
 		return airruntime.StatusGone, nil
 	}
 	d, err := l.get(ctx)

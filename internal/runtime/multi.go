@@ -68,14 +68,44 @@ type AutoPreferrer interface {
 	PreferredForAuto(ctx context.Context) bool
 }
 
-// Offered lists the runtime names a worker offers: every driver, plus
-// "auto" when there is a choice.
+// Offered lists the runtime names a worker offers: every driver not known
+// to be unavailable, plus "auto" when there is a choice.
 func (m *Multi) Offered() []string {
-	names := m.Names()
+	var names []string
+	for _, n := range m.Names() {
+		if unavailable(m.Drivers[n]) == nil {
+			names = append(names, n)
+		}
+	}
 	if len(names) > 1 {
 		names = append(names, Auto)
 	}
 	return names
+}
+
+// Unavailable maps each runtime known to be unavailable to its reason.
+func (m *Multi) Unavailable() map[string]error {
+	out := map[string]error{}
+	for _, n := range m.Names() {
+		if err := unavailable(m.Drivers[n]); err != nil {
+			out[n] = err
+		}
+	}
+	return out
+}
+
+// unavailable is d's reason for being unusable, nil if it is (still) usable.
+func unavailable(d Driver) error {
+	if a, ok := d.(Availability); ok {
+		return a.Unavailable()
+	}
+	return nil
+}
+
+// skippable reports whether err from driver d says only that d is
+// unavailable: List and lookups then go on with the other drivers.
+func skippable(d Driver, err error) bool {
+	return errors.Is(err, ErrUnavailable) || unavailable(d) != nil
 }
 
 // pick resolves a runtime name ("" and "auto" included) to a driver and
@@ -96,6 +126,9 @@ func (m *Multi) pick(name string) (string, Driver, error) {
 	if !ok {
 		return "", nil, fmt.Errorf("runtime %q is not available on this worker (have %v)", name, m.Names())
 	}
+	if err := unavailable(d); err != nil {
+		return "", nil, err // fail fast with the reason, never wait for it
+	}
 	return name, d, nil
 }
 
@@ -114,6 +147,9 @@ func (m *Multi) owner(ctx context.Context, id string) (Driver, error) {
 		d := m.Drivers[name]
 		ids, err := d.List(ctx)
 		if err != nil {
+			if skippable(d, err) {
+				continue
+			}
 			return nil, err
 		}
 		if slices.Contains(ids, id) {
@@ -141,11 +177,22 @@ func (m *Multi) Adopt(ctx context.Context, id string) (Sandbox, error) {
 	return d.Adopt(ctx, id)
 }
 
-// Delete asks every driver: Delete is idempotent, and a half-created
-// sandbox may not be listed yet.
+// Delete goes to the driver remembered for id (Start remembers even a
+// half-started sandbox), so deleting one runtime's sandbox never depends on
+// another runtime. An id nobody remembers (a previous worker process made
+// it) is deleted by every driver: Delete is idempotent, and a half-created
+// sandbox may not be listed yet. An unavailable driver deletes what it has
+// no trace of without error (see Availability).
 func (m *Multi) Delete(ctx context.Context, id string) error {
+	m.mu.Lock()
+	name, ok := m.owners[id]
+	m.mu.Unlock()
+	names := m.Names()
+	if _, known := m.Drivers[name]; ok && known {
+		names = []string{name}
+	}
 	var errs []error
-	for _, name := range m.Names() {
+	for _, name := range names {
 		errs = append(errs, m.Drivers[name].Delete(ctx, id))
 	}
 	err := errors.Join(errs...)
@@ -155,11 +202,18 @@ func (m *Multi) Delete(ctx context.Context, id string) error {
 	return err
 }
 
+// List aggregates every driver's sandboxes. A driver that fails because it
+// is unavailable is left out (its sandboxes cannot be reached anyway, and
+// calls by their ids return its reason); any other failure is the List's.
 func (m *Multi) List(ctx context.Context) ([]string, error) {
 	var all []string
 	for _, name := range m.Names() {
-		ids, err := m.Drivers[name].List(ctx)
+		d := m.Drivers[name]
+		ids, err := d.List(ctx)
 		if err != nil {
+			if skippable(d, err) {
+				continue
+			}
 			return nil, err
 		}
 		all = append(all, ids...)

@@ -2,8 +2,10 @@ package runtime_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -121,5 +123,55 @@ func TestMultiRemembersOwners(t *testing.T) {
 	}
 	if err := m.Pause(ctx, "x"); err == nil {
 		t.Fatal("pause of a deleted sandbox succeeded")
+	}
+}
+
+// brokenDriver fails every call the way a runtime whose set-up failed does
+// (the lazy qemu runtime when the agent is not static), and has no sandbox.
+type brokenDriver struct{ err error }
+
+func (d brokenDriver) Name() string       { return "qemu" }
+func (d brokenDriver) Unavailable() error { return d.err }
+func (d brokenDriver) Start(context.Context, runtime.Spec) (runtime.Sandbox, error) {
+	return nil, d.err
+}
+func (d brokenDriver) Adopt(context.Context, string) (runtime.Sandbox, error) { return nil, d.err }
+func (d brokenDriver) Delete(context.Context, string) error                   { return d.err }
+func (d brokenDriver) List(context.Context) ([]string, error)                 { return nil, d.err }
+func (d brokenDriver) Status(context.Context, string) (runtime.Status, error) { return "", d.err }
+
+// TestMultiIsolatesUnavailableDriver: an unavailable runtime does not make
+// List, Status or Delete of another runtime's sandbox fail, is not offered,
+// and a Start on it fails at once with its reason.
+func TestMultiIsolatesUnavailableDriver(t *testing.T) {
+	ctx := context.Background()
+	reason := &runtime.UnavailableError{Runtime: "qemu", Err: errors.New("qemu runtime set-up: the agent is the guest's /init and must be static")}
+	g := &fakeDriver{name: "gvisor", paused: map[string]bool{}}
+	m := &runtime.Multi{Drivers: map[string]runtime.Driver{"gvisor": g, "qemu": brokenDriver{reason}}, Default: "gvisor"}
+	if got := m.Offered(); !slices.Equal(got, []string{"gvisor"}) {
+		t.Errorf("Offered = %v, want [gvisor]", got)
+	}
+	if _, err := m.Start(ctx, runtime.Spec{ID: "a", Runtime: "gvisor"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Start(ctx, runtime.Spec{ID: "q", Runtime: "qemu"}); !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), "must be static") {
+		t.Errorf("Start(qemu) = %v, want the qemu runtime's reason", err)
+	}
+	// A fresh Multi over the same drivers is a restarted worker: nothing
+	// remembered, so every call must get past the broken driver.
+	for _, mm := range []*runtime.Multi{m, {Drivers: m.Drivers, Default: "gvisor"}} {
+		ids, err := mm.List(ctx)
+		if err != nil || !slices.Equal(ids, []string{"a"}) {
+			t.Errorf("List = %v, %v; want [a]", ids, err)
+		}
+		if st, err := mm.Status(ctx, "a"); err != nil || st != runtime.StatusRunning {
+			t.Errorf("Status = %q, %v", st, err)
+		}
+	}
+	if err := m.Delete(ctx, "a"); err != nil {
+		t.Errorf("Delete of a gvisor sandbox = %v; it must not consult the qemu runtime", err)
+	}
+	if ids, _ := m.List(ctx); len(ids) != 0 {
+		t.Errorf("after Delete, List = %v", ids)
 	}
 }

@@ -18,6 +18,32 @@ import (
 // ErrNotFound is returned for a sandbox id the driver does not know.
 var ErrNotFound = errors.New("runtime: sandbox not found")
 
+// ErrUnavailable marks the failure of a runtime that cannot run sandboxes
+// on this worker at all (its set-up failed), as opposed to a failure of one
+// sandbox. Multi keeps such a runtime's failures to its own sandboxes.
+var ErrUnavailable = errors.New("runtime unavailable")
+
+// UnavailableError says why runtime Runtime cannot run sandboxes here; it
+// matches ErrUnavailable.
+type UnavailableError struct {
+	Runtime string
+	Err     error
+}
+
+func (e *UnavailableError) Error() string {
+	return "runtime " + e.Runtime + " is unavailable on this worker: " + e.Err.Error()
+}
+func (e *UnavailableError) Unwrap() error        { return e.Err }
+func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailable }
+
+// Availability is implemented by drivers that can turn out unusable after
+// they are constructed (a set-up in the background): Unavailable returns nil
+// while the driver works or may still work, and the reason (an error
+// matching ErrUnavailable) once it is known not to.
+type Availability interface {
+	Unavailable() error
+}
+
 // Spec describes one sandbox to start.
 type Spec struct {
 	ID        string // unique, fixed length (runsc matches ids by prefix)
@@ -25,7 +51,9 @@ type Spec struct {
 	RootFS    string // template root filesystem directory (read-only, shared)
 	VCPUs     int
 	MemoryMiB int
-	Hostname  string
+	// DiskMiB bounds the guest's writable filesystem (0: the driver's default).
+	DiskMiB  int
+	Hostname string
 	// AgentArgs are extra arguments for the in-guest agent (PID 1).
 	AgentArgs []string
 }

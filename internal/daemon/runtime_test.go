@@ -1,0 +1,177 @@
+package daemon
+
+import (
+	"context"
+	"debug/elf"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	airruntime "github.com/airlock/airlock/internal/runtime"
+	"github.com/airlock/airlock/internal/runtime/gvisor"
+	"github.com/airlock/airlock/internal/runtime/qemu"
+	"github.com/airlock/airlock/internal/runtime/runtimetest"
+	"github.com/airlock/airlock/internal/setup"
+)
+
+// testCacheDir holds runsc and the base template between test runs (shared
+// with the other packages' tests).
+const testCacheDir = "/var/tmp/airlock-test-cache"
+
+// dynamicAgent builds airlock-agent the way a plain `go build ./cmd/...`
+// does (cgo on: linked against the C library); it skips without go or a C
+// compiler.
+func dynamicAgent(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("SKIP: needs the go command to build airlock-agent")
+	}
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("SKIP: needs gcc for a cgo (dynamically linked) build of airlock-agent")
+	}
+	out := filepath.Join(t.TempDir(), "airlock-agent")
+	cmd := exec.Command("go", "build", "-o", out, "github.com/airlock/airlock/cmd/airlock-agent")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build airlock-agent: %v\n%s", err, b)
+	}
+	if !isDynamic(t, out) {
+		t.Skip("SKIP: a cgo build of airlock-agent came out static on this machine")
+	}
+	return out
+}
+
+func isDynamic(t *testing.T, path string) bool {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return true
+		}
+	}
+	return false
+}
+
+// TestStaticAgentRefusesDynamic: with a dynamically linked agent and no
+// source tree to rebuild it from, the worker's start is refused with a
+// message that says how to build a static one.
+func TestStaticAgentRefusesDynamic(t *testing.T) {
+	agent := dynamicAgent(t)
+	t.Chdir(t.TempDir()) // no go.mod here; the test binary's dir has none either
+	got, err := staticAgent(context.Background(), agent, t.TempDir(), io.Discard)
+	if err == nil {
+		t.Fatalf("staticAgent = %q, nil; want a refusal", got)
+	}
+	for _, want := range []string{"dynamically linked", "must be static", "scripts/build.sh", "CGO_ENABLED=0"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+}
+
+// TestStaticAgentRebuildsDynamic: from the source tree, a dynamically
+// linked agent is rebuilt static into the data dir.
+func TestStaticAgentRebuildsDynamic(t *testing.T) {
+	agent := dynamicAgent(t)
+	t.Chdir("../..") // the module root
+	dataDir := t.TempDir()
+	got, err := staticAgent(context.Background(), agent, dataDir, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != filepath.Join(dataDir, "bin", "airlock-agent") {
+		t.Errorf("staticAgent = %q, want the rebuilt agent in the data dir", got)
+	}
+	if isDynamic(t, got) {
+		t.Errorf("%s is still dynamically linked", got)
+	}
+}
+
+// TestBrokenQEMUDoesNotBlockGVisor is the "plain go build, then airlock up"
+// trial: the qemu runtime's real set-up fails on a dynamically linked agent
+// ("the agent is the guest's /init and must be static"). A real gVisor
+// sandbox must still be listed, observed and deleted — also by a fresh
+// Multi, as after a worker restart — qemu must not be offered, and a qemu
+// start must fail at once with the reason.
+func TestBrokenQEMUDoesNotBlockGVisor(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("SKIP: the gvisor driver needs root (runsc run, cgroups, mounts)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	broken := dynamicAgent(t)
+	runsc, err := setup.EnsureRunsc(ctx, testCacheDir, io.Discard)
+	if err != nil {
+		t.Skipf("SKIP: no runsc (set %s or install Go to build it): %v", setup.RunscEnv, err)
+	}
+	static := filepath.Join(t.TempDir(), "airlock-agent")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", static, "github.com/airlock/airlock/cmd/airlock-agent")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build airlock-agent: %v\n%s", err, b)
+	}
+	_, rootfs, err := setup.EnsureBaseTemplate(ctx, testCacheDir, static, io.Discard)
+	if err != nil {
+		t.Skipf("SKIP: needs the base template (debootstrap): %v", err)
+	}
+
+	base := t.TempDir()
+	state, run := filepath.Join(base, "state"), filepath.Join(base, "run")
+	t.Cleanup(func() { syscall.Unmount(filepath.Join(state, "null-netns"), syscall.MNT_DETACH) })
+	g, err := gvisor.New(gvisor.Config{RunscPath: runsc, StateDir: state, RunDir: run, CgroupParent: "/airlock-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := newLazyQEMU(ctx, filepath.Join(base, "data"), broken, io.Discard, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	<-q.ready
+	if err := q.Unavailable(); err == nil || !strings.Contains(err.Error(), "must be static") {
+		t.Fatalf("qemu Unavailable = %v, want the static-agent reason", err)
+	}
+	drivers := map[string]airruntime.Driver{gvisor.Name: g, qemu.Name: q}
+	m := &airruntime.Multi{Drivers: drivers, Default: gvisor.Name}
+	if got := m.Offered(); !slices.Equal(got, []string{gvisor.Name}) {
+		t.Errorf("Offered = %v, want only gvisor", got)
+	}
+
+	id := runtimetest.NewID()
+	t.Cleanup(func() { _ = g.Delete(context.Background(), id) })
+	sb, err := m.Start(ctx, airruntime.Spec{ID: id, RootFS: rootfs, VCPUs: 1, MemoryMiB: 128})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb.Close()
+
+	_, err = m.Start(ctx, airruntime.Spec{ID: runtimetest.NewID(), Runtime: qemu.Name, RootFS: rootfs, VCPUs: 1, MemoryMiB: 128})
+	if err == nil || !strings.Contains(err.Error(), "must be static") {
+		t.Errorf("qemu Start = %v, want the set-up failure", err)
+	}
+
+	restarted := &airruntime.Multi{Drivers: drivers, Default: gvisor.Name}
+	for name, mm := range map[string]*airruntime.Multi{"same worker": m, "restarted worker": restarted} {
+		ids, err := mm.List(ctx)
+		if err != nil || !slices.Contains(ids, id) {
+			t.Errorf("%s: List = %v, %v; want the gvisor sandbox %s", name, ids, err, id)
+		}
+		if st, err := mm.Status(ctx, id); err != nil || st != airruntime.StatusRunning {
+			t.Errorf("%s: Status = %q, %v; want running", name, st, err)
+		}
+	}
+	// The restarted worker has not seen Start: its Delete asks every driver.
+	if err := restarted.Delete(ctx, id); err != nil {
+		t.Fatalf("Delete of the gvisor sandbox: %v", err)
+	}
+	if st, err := m.Status(ctx, id); err != nil || st != airruntime.StatusGone {
+		t.Errorf("after Delete, Status = %q, %v; want gone", st, err)
+	}
+}
