@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/signal"
@@ -123,6 +124,7 @@ type process struct {
 	pid     int
 	started time.Time
 	out     *outputLog
+	log     *slog.Logger
 
 	stdinMu sync.Mutex
 	stdin   *os.File // nil: none or closed
@@ -134,8 +136,12 @@ type process struct {
 	ptySize *Winsize // non-nil: the process runs on a terminal; stdin is its master
 	forget  func()   // called once the process has finished
 
+	pipes []uint64 // inodes of the output pipes (none on a terminal); see tree.go
+
 	mu        sync.Mutex
 	status    *syscall.WaitStatus
+	signalled bool // a signal was asked for, or the timeout hit: see signal
+	killing   bool // killAll is at work
 	openPipes int
 	timedOut  bool
 	timer     *time.Timer
@@ -163,6 +169,10 @@ func (p *process) onExit(ws syscall.WaitStatus) {
 	p.status = &ws
 	if p.timer != nil {
 		p.timer.Stop()
+	}
+	if p.signalled && !p.finished {
+		// The leader of a signalled command is gone: so is the command.
+		go p.killAll()
 	}
 	p.maybeFinishLocked()
 	p.mu.Unlock()
@@ -228,17 +238,81 @@ func (p *process) drain(f *os.File, kind byte) {
 	}
 }
 
-// signal sends sig to the process group.
+// signal sends sig to every process of the command (see tree.go): its
+// session, whatever process group a member moved to, and any process that
+// holds its output. KILL ends all of them for certain: they are killed
+// again until none is left. A command that was signalled ends when its
+// leader does: the processes it leaves behind are killed then, so the
+// output closes and the exit is reported. (A process the command forks
+// after its leader caught the signal, as sh does while it defers SIGINT
+// until its foreground child ends, does not get that signal; KILL or the
+// timeout still end it.)
 func (p *process) signal(sig syscall.Signal) error {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.pid == 0 || p.finished {
+		p.mu.Unlock()
 		return errorf(errConflict, "process %s is not running", p.id)
 	}
-	if err := syscall.Kill(-p.pid, sig); err != nil && err != syscall.ESRCH {
-		return fmt.Errorf("signal process group %d: %w", p.pid, err)
+	p.signalled = true
+	pid, leaderGone := p.pid, p.status != nil
+	p.mu.Unlock()
+	if sig == syscall.SIGKILL || leaderGone {
+		if sig != syscall.SIGKILL {
+			_ = signalTree(pid, p.pipes, sig)
+		}
+		p.killAll()
+		return nil
+	}
+	if err := signalTree(pid, p.pipes, sig); err != nil {
+		return fmt.Errorf("signal process group %d: %w", pid, err)
 	}
 	return nil
+}
+
+// killAll kills every process of the command until none is left; one call
+// at a time does the work, others return at once.
+func (p *process) killAll() {
+	p.mu.Lock()
+	if p.killing || p.pid == 0 {
+		p.mu.Unlock()
+		return
+	}
+	p.killing = true
+	p.mu.Unlock()
+	gone := killTree(p.pid, p.pipes)
+	p.mu.Lock()
+	p.killing = false
+	p.mu.Unlock()
+	if !gone {
+		p.log.Warn("some processes of a killed command are still alive", "id", p.id, "after", killTreeLimit)
+	}
+}
+
+// maxLogArgv bounds the argv in a log line (argv may be 256 KiB).
+const maxLogArgv = 256
+
+// logArgv is argv for a log line: quoted, cut to maxLogArgv bytes, with the
+// total size when cut.
+func logArgv(argv []string) string {
+	var b strings.Builder
+	total := 0
+	for _, a := range argv {
+		total += len(a) + 1
+	}
+	for i, a := range argv {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(strconv.Quote(a))
+		if b.Len() > maxLogArgv {
+			break
+		}
+	}
+	s := b.String()
+	if len(s) <= maxLogArgv {
+		return s
+	}
+	return fmt.Sprintf("%s… (%d args, %d bytes)", strings.ToValidUTF8(s[:maxLogArgv], ""), len(argv), total)
 }
 
 func signalName(s syscall.Signal) string {
@@ -323,7 +397,7 @@ func (a *Agent) startWith(spec agentapi.ProcessSpec, setup func(*process)) (*pro
 		return nil, errorf(errConflict, "process %s already exists", spec.ID)
 	}
 	a.pruneLocked()
-	p := &process{id: spec.ID, argv: spec.Argv, started: time.Now().UTC(), out: newOutputLog(a.cfg.MaxOutput)}
+	p := &process{id: spec.ID, argv: spec.Argv, started: time.Now().UTC(), out: newOutputLog(a.cfg.MaxOutput), log: a.log}
 	setup(p)
 	a.procs[spec.ID] = p
 
@@ -421,7 +495,8 @@ func (a *Agent) launch(p *process, spec agentapi.ProcessSpec, u user, path strin
 	}
 	closeAfter = append(closeAfter, errW)
 
-	sys := &syscall.SysProcAttr{Setpgid: true}
+	// Its own session: see tree.go.
+	sys := &syscall.SysProcAttr{Setsid: true}
 	if os.Getuid() == 0 {
 		sys.Credential = &syscall.Credential{Uid: uint32(u.UID), Gid: uint32(u.GID), Groups: u.Groups}
 	} else if u.UID != os.Getuid() {
@@ -451,15 +526,18 @@ func (a *Agent) launch(p *process, spec agentapi.ProcessSpec, u user, path strin
 	}
 	p.pid = pid
 	p.openPipes = 2
+	p.pipes = []uint64{pipeInode(outR), pipeInode(errR)}
 	p.stdin = stdinW
 	if spec.TimeoutS > 0 {
 		p.timer = time.AfterFunc(time.Duration(spec.TimeoutS)*time.Second, func() {
 			p.mu.Lock()
-			defer p.mu.Unlock()
-			if p.status == nil {
-				p.timedOut = true
-				_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+			if p.status != nil || p.finished {
+				p.mu.Unlock()
+				return
 			}
+			p.timedOut, p.signalled = true, true
+			p.mu.Unlock()
+			p.killAll()
 		})
 	}
 	p.mu.Unlock()
@@ -533,7 +611,7 @@ func (a *Agent) handleStart(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	a.log.Info("process started", "id", p.id, "pid", p.pid, "argv", p.argv)
+	a.log.Info("process started", "id", p.id, "pid", p.pid, "argv", logArgv(p.argv))
 	writeJSON(w, http.StatusCreated, p.info())
 }
 

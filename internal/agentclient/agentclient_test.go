@@ -216,8 +216,9 @@ func TestSignalAndTimeout(t *testing.T) {
 			id := newID()
 			// The sleep is a child of sh: the whole group must get the signal
 			// for the output pipes to close.
-			if _, err := h.client.StartProcess(ctx, agentapi.ProcessSpec{ID: id, User: "root", TimeoutS: tt.timeout,
-				Argv: []string{"sh", "-c", "echo started; sleep 1000; echo never"}}); err != nil {
+			pi, err := h.client.StartProcess(ctx, agentapi.ProcessSpec{ID: id, User: "root", TimeoutS: tt.timeout,
+				Argv: []string{"sh", "-c", "echo started; sleep 1000; echo never"}})
+			if err != nil {
 				t.Fatal(err)
 			}
 			s, err := h.client.Output(ctx, id, 0)
@@ -228,7 +229,12 @@ func TestSignalAndTimeout(t *testing.T) {
 			if err != nil || kind != agentapi.FrameStdout || string(payload) != "started\n" {
 				t.Fatalf("first frame %d %q %v", kind, payload, err)
 			}
+			// Signal once sleep runs: sh -c catches INT and only acts on it
+			// after its foreground job, so an INT that arrives before sh has
+			// forked sleep leaves sleep running (as a Ctrl-C would).
+			var sleeps []int
 			if tt.signal != "" {
+				sleeps = append(sleeps, waitForChild(ctx, t, pi.PID, "sleep").pid)
 				if err := h.client.Signal(ctx, id, tt.signal); err != nil {
 					t.Fatal(err)
 				}
@@ -237,7 +243,10 @@ func TestSignalAndTimeout(t *testing.T) {
 			if r.exit != tt.want || r.stdout.Len() != 0 {
 				t.Fatalf("exit %+v stdout %q, want %+v", r.exit, r.stdout.String(), tt.want)
 			}
-			pi, err := h.client.GetProcess(ctx, id)
+			if left := leftOf(pi.PID, sleeps...); len(left) > 0 {
+				t.Fatalf("processes of the command left alive: %+v", left)
+			}
+			pi, err = h.client.GetProcess(ctx, id)
 			if err != nil {
 				t.Fatal(err)
 			}
