@@ -76,6 +76,8 @@ var routes = []route{
 	{"GET", "/v1/orgs/{id}", true, (*server).getOrg},
 	{"PATCH", "/v1/orgs/{id}", true, (*server).updateOrg},
 	{"POST", "/v1/orgs/{id}/keys", true, (*server).createKey},
+	{"GET", "/v1/orgs/{id}/keys", true, (*server).listKeys},
+	{"DELETE", "/v1/orgs/{id}/keys/{key}", true, (*server).revokeKey},
 	{"GET", "/v1/pools", true, (*server).listPools},
 	{"PUT", "/v1/pools/{template}", true, (*server).setPool},
 	{"DELETE", "/v1/pools/{template}", true, (*server).deletePool},

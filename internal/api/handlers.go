@@ -197,9 +197,25 @@ func (s *server) createKey(w http.ResponseWriter, r *http.Request, p service.Pri
 	if err := decode(w, r, &req, true); err != nil {
 		return err
 	}
-	key, secret, err := s.svc.CreateKeyWith(r.Context(), p, r.PathValue("id"), service.KeyOptions{Name: req.Name, Admin: req.Admin, E2B: req.E2B})
+	key, secret, err := s.svc.CreateKeyWith(r.Context(), p, r.PathValue("id"), service.KeyOptions{Name: req.Name, Admin: req.Admin, E2B: req.E2B, ExpiresAt: req.ExpiresAt})
 	if err != nil {
 		return err
 	}
 	return writeJSON(w, http.StatusCreated, apitypes.CreateKeyResponse{Key: key, Secret: secret})
+}
+
+func (s *server) listKeys(w http.ResponseWriter, r *http.Request, p service.Principal) error {
+	keys, err := s.svc.ListKeys(r.Context(), p, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, apitypes.ListKeysResponse{Keys: keys})
+}
+
+func (s *server) revokeKey(w http.ResponseWriter, r *http.Request, p service.Principal) error {
+	key, err := s.svc.RevokeKey(r.Context(), p, r.PathValue("id"), r.PathValue("key"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, key)
 }

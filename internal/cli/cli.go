@@ -76,7 +76,7 @@ var commands = []*command{
 	execCmd, cpCmd,
 	opWaitCmd, opGetCmd,
 	templateListCmd,
-	orgCreateCmd, orgGetCmd, orgSetCmd, keyCreateCmd,
+	orgCreateCmd, orgGetCmd, orgSetCmd, keyCreateCmd, keyListCmd, keyRemoveCmd,
 	poolSetCmd, poolListCmd, poolRemoveCmd,
 	benchCmd,
 }
@@ -87,6 +87,8 @@ var aliases = map[string]string{
 	"sandbox delete": "sandbox rm",
 	"sandbox remove": "sandbox rm",
 	"template list":  "template ls",
+	"key list":       "key ls",
+	"key revoke":     "key rm",
 	"op show":        "op get",
 }
 

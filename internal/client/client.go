@@ -441,6 +441,21 @@ func (c *Client) CreateKey(ctx context.Context, orgID string, req CreateKeyReque
 	return out, err
 }
 
+// ListKeys lists the keys of an org (revoked and expired ones included),
+// without secrets.
+func (c *Client) ListKeys(ctx context.Context, orgID string) ([]model.APIKey, error) {
+	var out apitypes.ListKeysResponse
+	err := c.do(ctx, http.MethodGet, "/v1/orgs/"+url.PathEscape(orgID)+"/keys", nil, nil, &out)
+	return out.Keys, err
+}
+
+// RevokeKey revokes key keyID of an org at once and returns it.
+func (c *Client) RevokeKey(ctx context.Context, orgID, keyID string) (model.APIKey, error) {
+	var out model.APIKey
+	err := c.do(ctx, http.MethodDelete, "/v1/orgs/"+url.PathEscape(orgID)+"/keys/"+url.PathEscape(keyID), nil, nil, &out)
+	return out, err
+}
+
 // Events follows the event stream (Server-Sent Events) of one sandbox, or of
 // the caller's whole org when sandboxID is empty, starting after sequence
 // number after (0: from the beginning). It yields events in order until ctx

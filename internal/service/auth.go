@@ -96,6 +96,9 @@ func (s *Service) Authenticate(ctx context.Context, bearer string) (Principal, e
 	if err != nil {
 		return Principal{}, fmt.Errorf("look up API key: %w", err)
 	}
+	if err := s.usable(k); err != nil {
+		return Principal{}, err
+	}
 	if err := s.limiter.allow(k.ID, s.rate(), s.burst(), s.now()); err != nil {
 		return Principal{}, err
 	}
@@ -203,6 +206,9 @@ type KeyOptions struct {
 	// E2B issues an E2B-shaped secret (e2b_ and 40 hex characters), which the
 	// E2B SDKs accept (the Python SDK checks the format).
 	E2B bool
+	// ExpiresAt, when set, is when the key stops working; it must be in the
+	// future and at most MaxKeyLifetime away.
+	ExpiresAt *time.Time
 }
 
 // CreateKeyWith is CreateKey with every option.
@@ -217,6 +223,10 @@ func (s *Service) CreateKeyWith(ctx context.Context, p Principal, orgID string, 
 	if len(name) > 128 {
 		return model.APIKey{}, "", model.Errorf(model.ErrUnprocessable, "key name must be at most 128 characters")
 	}
+	exp, err := s.keyExpiry(o.ExpiresAt)
+	if err != nil {
+		return model.APIKey{}, "", err
+	}
 	if _, err := s.Store.GetOrg(ctx, orgID); errors.Is(err, model.ErrNotFound) {
 		return model.APIKey{}, "", model.Errorf(model.ErrNotFound, "org %s not found", orgID)
 	} else if err != nil {
@@ -229,7 +239,7 @@ func (s *Service) CreateKeyWith(ctx context.Context, p Principal, orgID string, 
 	secret := newSecretWith(prefix)
 	key := model.APIKey{
 		ID: model.NewID("key"), OrgID: orgID, Name: name, Prefix: secret[:len(prefix)+8],
-		Hash: HashKey(secret), Admin: admin, CreatedAt: s.now(),
+		Hash: HashKey(secret), Admin: admin, CreatedAt: s.now(), ExpiresAt: exp,
 	}
 	if err := s.Store.CreateAPIKey(ctx, key); err != nil {
 		return model.APIKey{}, "", fmt.Errorf("create key: %w", err)

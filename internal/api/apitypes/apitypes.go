@@ -167,6 +167,15 @@ type CreateKeyRequest struct {
 	Admin bool   `json:"admin,omitempty"`
 	// E2B issues an E2B-shaped secret (e2b_…) for the E2B SDKs.
 	E2B bool `json:"e2b,omitempty"`
+	// ExpiresAt, when set, is when the key stops working (RFC 3339, in the
+	// future, at most 10 years away); absent: the key works until revoked.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// ListKeysResponse is the body of GET /v1/orgs/{id}/keys: every key of the
+// org, revoked and expired ones included, without secrets.
+type ListKeysResponse struct {
+	Keys []model.APIKey `json:"keys"`
 }
 
 // CreateKeyResponse is the 201 body of POST /v1/orgs/{id}/keys. Secret is
