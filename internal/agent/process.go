@@ -291,6 +291,9 @@ func (p *process) killAll() {
 // maxLogArgv bounds the argv in a log line (argv may be 256 KiB).
 const maxLogArgv = 256
 
+// LogArgv is argv for a log line (exported for the envd services).
+func LogArgv(argv []string) string { return logArgv(argv) }
+
 // logArgv is argv for a log line: quoted, cut to maxLogArgv bytes, with the
 // total size when cut.
 func logArgv(argv []string) string {
@@ -611,7 +614,9 @@ func (a *Agent) handleStart(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	a.log.Info("process started", "id", p.id, "pid", p.pid, "argv", logArgv(p.argv))
+	// Debug, and argv cut short: guest code starts commands at will, and
+	// the agent's log is a file on the host.
+	a.log.Debug("process started", "id", p.id, "pid", p.pid, "argv", logArgv(p.argv))
 	writeJSON(w, http.StatusCreated, p.info())
 }
 

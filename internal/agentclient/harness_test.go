@@ -80,6 +80,7 @@ type host struct {
 	cmd    *exec.Cmd
 	client *agentclient.Client
 	stderr *bytes.Buffer
+	logw   *lockedWriter // writes to stderr; lock it to read stderr while the agent runs
 
 	mu       sync.Mutex
 	ln       net.Listener
@@ -100,7 +101,8 @@ func startAgent(tb testing.TB, args ...string) *host {
 	h.listen()
 	h.stderr = &bytes.Buffer{}
 	h.cmd = exec.Command(bin, append([]string{"--channel", h.sock, "-v"}, args...)...)
-	h.cmd.Stderr = &lockedWriter{w: h.stderr}
+	h.logw = &lockedWriter{w: h.stderr}
+	h.cmd.Stderr = h.logw
 	if err := h.cmd.Start(); err != nil {
 		tb.Fatalf("start agent: %v", err)
 	}
@@ -134,6 +136,13 @@ func (l *lockedWriter) Write(b []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(b)
+}
+
+// agentLog returns the agent's log so far.
+func (h *host) agentLog() string {
+	h.logw.mu.Lock()
+	defer h.logw.mu.Unlock()
+	return h.stderr.String()
 }
 
 func (h *host) listen() {

@@ -100,7 +100,7 @@ func (ps *processService) Start(ctx context.Context, req *connect.Request[pb.Sta
 		b := p.Read(0)
 		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("start process: %s", b.Exit.Error))
 	}
-	ps.s.log.Info("envd process started", "pid", p.PID(), "argv", spec.Argv, "user", u.Name)
+	ps.s.log.Debug("envd process started", "pid", p.PID(), "argv", agent.LogArgv(spec.Argv), "user", u.Name)
 	send := func(ev *pb.ProcessEvent) error { return stream.Send(&pb.StartResponse{Event: ev}) }
 	return streamProcess(ctx, p, 0, keepalive(req.Header()), send)
 }
