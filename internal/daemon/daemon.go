@@ -172,7 +172,10 @@ func up(ctx context.Context, args []string) error {
 		return err
 	}
 	fmt.Fprintf(progress, "ready: %s (admin key in %s)\n", url, filepath.Join(*dataDir, "admin.key"))
-	fmt.Printf("AIRLOCK_URL=%s\nAIRLOCK_API_KEY=%s\n", url, readTrim(filepath.Join(*dataDir, "admin.key")))
+	// stdout names where things are, never the key itself: the CLI reads
+	// <AIRLOCK_DATA_DIR>/admin.key, and whatever captures this output (a
+	// terminal's scroll-back, a service log) holds no secret.
+	fmt.Printf("AIRLOCK_URL=%s\nAIRLOCK_DATA_DIR=%s\n", url, *dataDir)
 	select {
 	case <-ctx.Done():
 		return nil
@@ -576,30 +579,43 @@ func moduleSource() string {
 }
 
 // ensureAdminKey makes sure <dataDir>/admin.key holds a working admin key of
-// the default org, creating the org and key on first start.
+// the default org, creating the org and key on first start. When the file
+// is missing or its key no longer works (revoked, expired, from another
+// installation) it mints a new admin key and says so on progress, with the
+// reason and the new key's id (never its secret): earlier admin keys keep
+// working until revoked.
 func ensureAdminKey(ctx context.Context, svc *service.Service, dataDir string, progress io.Writer) error {
 	path := filepath.Join(dataDir, "admin.key")
 	secret, created, err := svc.Bootstrap(ctx)
 	if err != nil {
 		return fmt.Errorf("bootstrap the default org: %w", err)
 	}
-	if !created {
-		if k := readTrim(path); k != "" {
-			if _, err := svc.Authenticate(ctx, k); err == nil {
-				return nil
-			}
+	if created {
+		if err := writeFileAtomic(path, []byte(secret+"\n"), 0o600); err != nil {
+			return fmt.Errorf("write %s: %w", path, err)
 		}
-		// The key file is missing or stale: mint a new admin key for it.
-		p := service.Principal{OrgID: service.DefaultOrgID, Admin: true}
-		_, secret, err = svc.CreateKey(ctx, p, service.DefaultOrgID, "admin (airlock up)", true)
-		if err != nil {
-			return fmt.Errorf("create an admin key: %w", err)
+		fmt.Fprintf(progress, "created the installation's first admin key; written to %s\n", path)
+		return nil
+	}
+	why := "was missing"
+	if k := readTrim(path); k != "" {
+		_, err := svc.Authenticate(ctx, k)
+		if err == nil {
+			return nil
 		}
+		why = "held a key that does not work (" + err.Error() + ")"
+	}
+	p := service.Principal{OrgID: service.DefaultOrgID, Admin: true}
+	key, secret, err := svc.CreateKey(ctx, p, service.DefaultOrgID, "admin (airlock up)", true)
+	if err != nil {
+		return fmt.Errorf("create an admin key: %w", err)
 	}
 	if err := writeFileAtomic(path, []byte(secret+"\n"), 0o600); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	fmt.Fprintf(progress, "admin key written to %s\n", path)
+	fmt.Fprintf(progress, "minted a new admin key %s and wrote it to %s, because that file %s. Earlier admin keys still work: "+
+		"list them with `airlock key ls --org %s` and revoke unused ones with `airlock key rm --org %s <key-id>`\n",
+		key.ID, path, why, service.DefaultOrgID, service.DefaultOrgID)
 	return nil
 }
 
