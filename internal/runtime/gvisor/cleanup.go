@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/airlock/airlock/internal/cgroup"
 )
 
 // cleanup removes everything the driver may have created for id, whatever
@@ -50,23 +52,13 @@ func (d *Driver) cleanup(ctx context.Context, id string) error {
 	return errors.Join(errs...)
 }
 
-// cgroupRoot is where the v1 hierarchies are mounted.
-const cgroupRoot = "/sys/fs/cgroup"
-
-// cgroupDirs lists CgroupParent/<id> in every hierarchy under cgroupRoot,
-// whether or not it exists.
+// cgroupDirs lists the sandbox's cgroup directories, whether or not they
+// exist: CgroupParent/<id> in every v1 hierarchy, or the one v2 cgroup.
 func (d *Driver) cgroupDirs(id string) []string {
-	entries, err := os.ReadDir(cgroupRoot)
-	if err != nil {
+	if d.cgErr != nil {
 		return nil
 	}
-	var dirs []string
-	for _, e := range entries {
-		if e.IsDir() {
-			dirs = append(dirs, filepath.Join(cgroupRoot, e.Name(), d.cfg.CgroupParent, id))
-		}
-	}
-	return dirs
+	return d.cg.Dirs(d.cgroupPath(id))
 }
 
 // killStragglers SIGKILLs every process whose command line mentions id or
@@ -235,33 +227,7 @@ func unmountAll(dir, id string) error {
 }
 
 // removeCgroup removes a cgroup directory and its children, deepest first.
-func removeCgroup(dir string) error {
-	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	var dirs []string
-	filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
-		if err == nil && e.IsDir() {
-			dirs = append(dirs, p)
-		}
-		return nil
-	})
-	var errs []error
-	for _, p := range slices.Backward(dirs) {
-		var err error
-		// A cgroup whose last task just died can be briefly busy.
-		for range 50 {
-			if err = syscall.Rmdir(p); err == nil || errors.Is(err, syscall.ENOENT) || !errors.Is(err, syscall.EBUSY) {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		if err != nil && !errors.Is(err, syscall.ENOENT) {
-			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", p, err))
-		}
-	}
-	return errors.Join(errs...)
-}
+func removeCgroup(dir string) error { return cgroup.RemoveDir(dir) }
 
 // removeState removes runsc state files naming id, in case runsc delete
 // could not (a crash between create and start, a corrupt state file).

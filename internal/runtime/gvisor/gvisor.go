@@ -8,9 +8,11 @@
 //	                     bind-mounted read-only at agentapi.ChannelDir and runsc
 //	                     runs with --host-uds=open so the guest may connect
 //	overlay/             the --overlay2 filestore: guest writes go to disk
-//	runsc.log            stdio of runsc and of the agent (opened O_APPEND)
+//	runsc.log            stdio of runsc and of the agent (opened O_APPEND;
+//	                     cut at 1 MiB, its tail kept in runsc.log.1: logcap)
 //
-// and the cgroup CgroupParent/<id> in every v1 hierarchy. Delete releases all
+// and the cgroup CgroupParent/<id> (cgroup v1: in every hierarchy; v2: the
+// one unified cgroup; internal/cgroup finds which). Delete releases all
 // of it even when Start failed half-way or an earlier worker process crashed.
 //
 // Pause does what `runsc pause` does — the sentry's "containerManager.Pause"
@@ -33,6 +35,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	goruntime "runtime"
 	"slices"
@@ -42,6 +45,8 @@ import (
 	"syscall"
 
 	"github.com/airlock/airlock/internal/agentapi"
+	"github.com/airlock/airlock/internal/cgroup"
+	"github.com/airlock/airlock/internal/logcap"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/runtime"
 )
@@ -97,6 +102,10 @@ type Driver struct {
 	cfg Config
 	log *slog.Logger
 
+	// cg is the host's cgroup layout (v1 or v2), cgErr why none was found.
+	cg    cgroup.Hierarchy
+	cgErr error
+
 	mu      sync.Mutex
 	handles map[string]*sandbox // live handles created by this process
 	locks   map[string]*idLock  // per-id locks (see lock)
@@ -123,7 +132,10 @@ func New(cfg Config) (*Driver, error) {
 			return nil, fmt.Errorf("gvisor: create %s: %w", dir, err)
 		}
 	}
-	return &Driver{cfg: cfg, log: cfg.Logger, handles: map[string]*sandbox{}, locks: map[string]*idLock{}}, nil
+	d := &Driver{cfg: cfg, log: cfg.Logger, handles: map[string]*sandbox{}, locks: map[string]*idLock{}}
+	d.cg, d.cgErr = cgroup.Detect(cgroup.DefaultRoot)
+	go d.capLogs()
+	return d, nil
 }
 
 // Name returns "gvisor".
@@ -205,6 +217,14 @@ func (d *Driver) launch(ctx context.Context, verb string, spec runtime.Spec, com
 			return nil, fmt.Errorf("gvisor: %s %s: create %s dir: %w", verb, spec.ID, sub, err)
 		}
 	}
+	diskMiB := spec.DiskMiB
+	if diskMiB <= 0 {
+		diskMiB = DefaultDiskMiB
+	}
+	// Recorded, so that an in-place restore limits the overlay the same way.
+	if err := os.WriteFile(filepath.Join(dir, diskFile), []byte(strconv.Itoa(diskMiB)), 0o600); err != nil {
+		return nil, fmt.Errorf("gvisor: %s %s: %w", verb, spec.ID, err)
+	}
 	// The guest agent runs as root inside the sandbox, but the gofer may
 	// not: let it traverse the channel dir.
 	if err := os.Chmod(d.chanDir(spec.ID), 0o711); err != nil {
@@ -253,7 +273,7 @@ func (d *Driver) launch(ctx context.Context, verb string, spec runtime.Spec, com
 	}
 	defer logf.Close()
 
-	args := append(d.globalArgs(), d.sandboxArgs(spec.ID)...)
+	args := append(d.globalArgs(), d.sandboxArgs(spec.ID, diskMiB)...)
 	args = append(args, command(bundle)...)
 	cmd := exec.CommandContext(ctx, d.cfg.RunscPath, args...)
 	// Files, not pipes: the detached sandbox inherits them, and a pipe would
@@ -276,16 +296,64 @@ func (d *Driver) launch(ctx context.Context, verb string, spec runtime.Spec, com
 	return sb, nil
 }
 
+// runsc.log is PID 1's stdio: the guest (root inside) can write to it
+// without end, through /proc/1/fd/1 or as the agent. The driver cuts it at
+// logcap.Max (its last logcap.Keep bytes go to runsc.log.1) whenever it
+// looks at the sandbox and every logcap.Interval.
+func (d *Driver) capLog(id string) {
+	p := filepath.Join(d.sandboxDir(id), "runsc.log")
+	if cut, err := logcap.Enforce(p, logcap.Max, logcap.Keep); err != nil {
+		d.log.Warn("gvisor: cap runsc.log", "id", id, "err", err)
+	} else if cut {
+		d.log.Info("gvisor: runsc.log reached its cap; cut", "id", id, "cap_bytes", logcap.Max)
+	}
+}
+
+// capLogs runs for the driver's lifetime (until its run dir is removed),
+// capping every sandbox's runsc.log.
+func (d *Driver) capLogs() {
+	logcap.KeepCapped(context.Background(), func() ([]string, bool) {
+		if _, err := os.Stat(d.cfg.RunDir); err != nil {
+			return nil, false
+		}
+		files, _ := filepath.Glob(filepath.Join(d.cfg.RunDir, "*", "runsc.log"))
+		return files, true
+	}, func(p string, err error) { d.log.Warn("gvisor: cap runsc.log", "file", p, "err", err) })
+}
+
 // sandboxArgs are the runsc flags that define a sandbox; run and restore
 // must pass the same ones.
-func (d *Driver) sandboxArgs(id string) []string {
+func (d *Driver) sandboxArgs(id string, diskMiB int) []string {
 	return []string{
 		"--host-uds=open",
 		// Loopback only: gVisor's netstack with just "lo". (With no netns
 		// path and --network=sandbox the guest would get no interface at all.)
 		"--network=none",
-		"--overlay2=root:dir=" + filepath.Join(d.sandboxDir(id), "overlay"),
+		// The root overlay's upper layer is a tmpfs inside the sentry whose
+		// pages live in a file in overlay/; size= caps that tmpfs, so a
+		// guest that writes more gets ENOSPC and the host file stays within
+		// diskMiB (plus the sentry's own bookkeeping).
+		"--overlay2=root:dir=" + filepath.Join(d.sandboxDir(id), "overlay") + ",size=" + strconv.Itoa(diskMiB) + "m",
 	}
+}
+
+// DefaultDiskMiB bounds a sandbox's overlay when its spec names no size.
+const DefaultDiskMiB = 4096
+
+// diskFile, in a sandbox's run dir, holds its overlay size limit in MiB.
+const diskFile = "disk_mib"
+
+// diskMiB returns the overlay size limit recorded for sandbox id.
+func (d *Driver) diskMiB(id string) int {
+	b, err := os.ReadFile(filepath.Join(d.sandboxDir(id), diskFile))
+	if err != nil {
+		return DefaultDiskMiB
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || n <= 0 {
+		return DefaultDiskMiB
+	}
+	return n
 }
 
 // Adopt reattaches to a sandbox started by an earlier worker process: it
@@ -353,8 +421,10 @@ func (d *Driver) Status(ctx context.Context, id string) (runtime.Status, error) 
 	return d.status(ctx, id)
 }
 
-// status is Status; the caller holds lock(id).
+// status is Status; the caller holds lock(id). It also caps the
+// sandbox's runsc.log (logcap), as the driver does every logcap.Interval.
 func (d *Driver) status(ctx context.Context, id string) (runtime.Status, error) {
+	d.capLog(id)
 	st, found, err := d.state(ctx, id)
 	if err != nil {
 		return "", err
@@ -474,19 +544,21 @@ const cpuQuotaFile = "cpu_quota"
 // limitCPU sets the CPU quota (µs per cpuPeriod) of sandbox id's cgroup,
 // as runsc does from the spec. A sandbox must not run without its limit, so
 // a cgroup that cannot be found or written is an error.
+// On cgroup v1 that is cpu.cfs_quota_us in the cpu hierarchy, on v2
+// cpu.max in the unified one.
 func (d *Driver) limitCPU(id string, quota int64) error {
-	for _, dir := range d.cgroupDirs(id) {
-		f := filepath.Join(dir, "cpu.cfs_quota_us")
-		if _, err := os.Stat(f); err != nil {
-			continue
-		}
-		if err := os.WriteFile(f, []byte(strconv.FormatInt(quota, 10)), 0o644); err != nil {
-			return fmt.Errorf("set the CPU quota: %w", err)
-		}
-		return nil
+	if d.cgErr != nil {
+		return fmt.Errorf("set the CPU quota: %w", d.cgErr)
 	}
-	return fmt.Errorf("set the CPU quota: no cpu cgroup for the sandbox under %s", d.cfg.CgroupParent)
+	if err := d.cg.SetCPU(d.cgroupPath(id), quota, cpuPeriod); err != nil {
+		return fmt.Errorf("set the CPU quota (cgroup %v): %w", d.cg.Version, err)
+	}
+	return nil
 }
+
+// cgroupPath is sandbox id's cgroup relative to the hierarchy root, as
+// runsc creates it from the spec's cgroupsPath.
+func (d *Driver) cgroupPath(id string) string { return path.Join(d.cfg.CgroupParent, id) }
 
 func (d *Driver) globalArgs() []string {
 	args := []string{"--root", d.cfg.StateDir, "--platform=" + d.cfg.Platform}
