@@ -274,6 +274,9 @@ type Quotas struct {
 // FeatureSnapshots gates checkpoints, rollback, fork and export/import.
 const FeatureSnapshots = "snapshots"
 
+// FeatureUnsignedImports lets an org import archives this installation did not sign.
+const FeatureUnsignedImports = "unsigned_imports"
+
 // APIKey authenticates a caller as a member of one org. Only the hash of the
 // secret is stored.
 type APIKey struct {

@@ -364,7 +364,7 @@ func (s *Service) idleSuspend(ctx context.Context, orgID string, req *int64) (in
 }
 
 // KnownFeatures are the feature gates an org may have.
-var KnownFeatures = []string{model.FeatureSnapshots}
+var KnownFeatures = []string{model.FeatureSnapshots, model.FeatureUnsignedImports}
 
 // GetOrg returns an org to its members and to operators.
 func (s *Service) GetOrg(ctx context.Context, p Principal, id string) (model.Org, error) {

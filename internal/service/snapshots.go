@@ -14,9 +14,8 @@ package service
 // scope "snapshot".
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,6 +23,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -300,8 +300,52 @@ func (s *Service) ExportCheckpoint(ctx context.Context, p Principal, id, name st
 		defer resp.Body.Close()
 		return Export{}, workerError(resp, w.ID, "exporting checkpoint "+strconv.Quote(name)+" of "+id)
 	}
+	body, size, err := s.signArchive(ctx, resp.Body, resp.ContentLength)
+	if err != nil {
+		resp.Body.Close()
+		return Export{}, fmt.Errorf("export checkpoint %q of %s from worker %s: %w", name, id, w.ID, err)
+	}
 	s.touch(ctx, sb.ID)
-	return Export{Body: resp.Body, Size: resp.ContentLength, Filename: sb.ID + "-" + name + ".tar"}, nil
+	return Export{Body: readCloser{body, resp.Body}, Size: size, Filename: sb.ID + "-" + name + ".tar"}, nil
+}
+
+// signArchive returns archive (of size bytes, -1 if unknown) with the
+// installation's signature over its manifest inserted after the manifest
+// (snapshot.SignatureFile), and its new size.
+func (s *Service) signArchive(ctx context.Context, archive io.Reader, size int64) (io.Reader, int64, error) {
+	key, err := s.exportKey(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	h, err := snapshot.ReadHead(archive)
+	if err != nil {
+		return nil, 0, fmt.Errorf("the worker's archive: %w", err)
+	}
+	signed, extra, err := h.Signed(snapshot.Sign(key, h.ManifestBytes))
+	if err != nil {
+		return nil, 0, err
+	}
+	if size >= 0 {
+		size += extra
+	}
+	return signed, size, nil
+}
+
+// doneCloser closes c, then calls done (the end of a transfer).
+type doneCloser struct {
+	c    io.Closer
+	done func()
+}
+
+func (d doneCloser) Close() error {
+	defer d.done()
+	return d.c.Close()
+}
+
+// readCloser reads from one reader and closes another.
+type readCloser struct {
+	io.Reader
+	io.Closer
 }
 
 // workerError turns a worker's error answer into a model error with its
@@ -342,9 +386,12 @@ func (s *Service) ImportSandbox(ctx context.Context, p Principal, req apitypes.C
 	if len(idempotencyKey) > MaxIdempotencyKey {
 		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "Idempotency-Key is longer than %d characters", MaxIdempotencyKey)
 	}
-	m, stream, err := peekManifest(archive)
+	m, stream, err := s.peekManifest(ctx, p.OrgID, archive)
 	if err != nil {
 		return model.Sandbox{}, model.Operation{}, err
+	}
+	if m.Name != "" && !checkpointName.MatchString(m.Name) {
+		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "the archive's checkpoint name %.80q is invalid: a checkpoint name is 1-63 of a-z, 0-9, '.', '_' and '-', starting with a letter or digit", m.Name)
 	}
 	if !runtimeSnapshots(m.Runtime) {
 		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "the archive was written by the %q runtime; imports work for the %s runtime only for now", m.Runtime, strings.Join(snapshotRuntimes, ", "))
@@ -354,7 +401,7 @@ func (s *Service) ImportSandbox(ctx context.Context, p Principal, req apitypes.C
 	}
 	tpl, err := s.Store.GetTemplateByDigest(ctx, m.TemplateDigest)
 	if errors.Is(err, model.ErrNotFound) {
-		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "the archive was taken on template %s (%s), which this installation does not have; %s", m.Template, m.TemplateDigest, templateListingHint)
+		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "the archive was taken on template %.80q (%.80q), which this installation does not have; %s", m.Template, m.TemplateDigest, templateListingHint)
 	}
 	if err != nil {
 		return model.Sandbox{}, model.Operation{}, fmt.Errorf("get template %s: %w", m.TemplateDigest, err)
@@ -363,11 +410,12 @@ func (s *Service) ImportSandbox(ctx context.Context, p Principal, req apitypes.C
 	if err != nil {
 		return model.Sandbox{}, model.Operation{}, err
 	}
-	sb.ID = model.NewID("sb")
-	sb.Template, sb.TemplateDigest, sb.Runtime = m.Template, tpl.Digest, m.Runtime
-	if sb.Template == "" {
-		sb.Template = tpl.Digest
+	ref, err := s.importTemplate(ctx, m.Template, tpl)
+	if err != nil {
+		return model.Sandbox{}, model.Operation{}, err
 	}
+	sb.ID = model.NewID("sb")
+	sb.Template, sb.TemplateDigest, sb.Runtime = ref, tpl.Digest, m.Runtime
 	sb.Resources = model.Resources{VCPUs: m.VCPUs, MemoryMiB: m.MemoryMiB}
 	if sb.Resources.VCPUs < MinVCPUs || sb.Resources.VCPUs > MaxVCPUs || sb.Resources.MemoryMiB < MinMemoryMiB || sb.Resources.MemoryMiB > MaxMemoryMiB {
 		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "the archive's resources (%d vCPUs, %d MiB) are outside what a sandbox may have", m.VCPUs, m.MemoryMiB)
@@ -395,7 +443,7 @@ func (s *Service) ImportSandbox(ctx context.Context, p Principal, req apitypes.C
 		return model.Sandbox{}, model.Operation{}, err
 	}
 	name := got.Name
-	if name == "" {
+	if name == "" || !checkpointName.MatchString(name) {
 		name = "imported"
 	}
 	sb.Source = &model.Source{WorkerID: w.ID, SandboxID: sb.ID, Checkpoint: name, SnapshotID: got.ID}
@@ -460,28 +508,95 @@ func (s *Service) dropSnapshots(w model.Worker, sb model.Sandbox) {
 	}
 }
 
-// maxManifest bounds the manifest peekManifest reads.
-const maxManifest = 1 << 20
+// SettingExportKey is the store setting holding the base64 installation
+// export key: the HMAC-SHA256 key that signs every exported checkpoint
+// archive (snapshot.Sign). It is created on first use and never changes;
+// installations that share it accept each other's archives.
+const SettingExportKey = "checkpoint_export_key"
 
-// peekManifest reads the manifest (the archive's first entry) and returns
-// it with a reader that yields the whole archive again.
-func peekManifest(archive io.Reader) (snapshot.Manifest, io.Reader, error) {
-	var seen bytes.Buffer
-	tr := tar.NewReader(io.TeeReader(archive, &seen))
-	h, err := tr.Next()
+// exportKey returns the installation export key, creating it on first use.
+func (s *Service) exportKey(ctx context.Context) ([]byte, error) {
+	v, err := s.Store.PutSettingIfAbsent(ctx, SettingExportKey, base64.StdEncoding.EncodeToString(newKey()))
+	if err != nil {
+		return nil, fmt.Errorf("store export key setting: %w", err)
+	}
+	k, err := base64.StdEncoding.DecodeString(v)
+	if err != nil || len(k) < 16 {
+		return nil, fmt.Errorf("decode export key setting %q: not base64 of at least 16 bytes", SettingExportKey)
+	}
+	return k, nil
+}
+
+// orgHas reports whether org orgID has feature gate f.
+func (s *Service) orgHas(ctx context.Context, orgID, f string) (bool, error) {
+	org, err := s.Store.GetOrg(ctx, orgID)
+	if errors.Is(err, model.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("get org %s: %w", orgID, err)
+	}
+	return slices.Contains(org.Features, f), nil
+}
+
+// peekManifest reads the head of an archive to import (at most
+// snapshot.MaxHeadBytes: the manifest, which must come first as a regular
+// file, and its signature) and checks where it comes from: an archive
+// signed with this installation's export key is accepted; one with any
+// other signature never; an unsigned one only into an org with the
+// model.FeatureUnsignedImports gate, because runsc restore parses the
+// archive's runtime state, which gVisor does not document as untrusted
+// input. It returns the manifest and the archive without its signature
+// entry (what the worker's snapshot store takes).
+func (s *Service) peekManifest(ctx context.Context, orgID string, archive io.Reader) (snapshot.Manifest, io.Reader, error) {
+	h, err := snapshot.ReadHead(archive)
 	if err != nil {
 		return snapshot.Manifest{}, nil, model.Errorf(model.ErrUnprocessable, "the archive is not a checkpoint archive (a tar stream from GET /v1/sandboxes/{id}/checkpoints/{name}/export): %v", err)
 	}
-	if h.Name != snapshot.ManifestFile || h.Size > maxManifest {
-		return snapshot.Manifest{}, nil, model.Errorf(model.ErrUnprocessable, "the archive's first entry is %q; a checkpoint archive starts with %s", h.Name, snapshot.ManifestFile)
+	if h.Signature == nil {
+		trusted, err := s.orgHas(ctx, orgID, model.FeatureUnsignedImports)
+		if err != nil {
+			return snapshot.Manifest{}, nil, err
+		}
+		if !trusted {
+			return snapshot.Manifest{}, nil, model.Errorf(model.ErrUnprocessable, "the archive is not signed by this installation (it has no %s after %s): importing unsigned archives needs the %q feature gate, which org %s does not have; import an archive exported by this installation, or ask an operator to grant the gate (PATCH /v1/orgs/%s {\"features\":[%q,%q]})",
+				snapshot.SignatureFile, snapshot.ManifestFile, model.FeatureUnsignedImports, orgID, orgID, model.FeatureSnapshots, model.FeatureUnsignedImports)
+		}
+		return h.Manifest, h.Unsigned(), nil
 	}
-	data, err := io.ReadAll(tr)
+	key, err := s.exportKey(ctx)
 	if err != nil {
-		return snapshot.Manifest{}, nil, model.Errorf(model.ErrUnprocessable, "read the archive's manifest: %v", err)
+		return snapshot.Manifest{}, nil, err
 	}
-	var m snapshot.Manifest
-	if err := json.Unmarshal(data, &m); err != nil {
-		return snapshot.Manifest{}, nil, model.Errorf(model.ErrUnprocessable, "the archive's manifest is not valid: %v", err)
+	if err := snapshot.Verify(key, h.ManifestBytes, h.Signature); err != nil {
+		return snapshot.Manifest{}, nil, model.Errorf(model.ErrUnprocessable, "the archive's signature is not valid: it was not exported by this installation or was modified after export (%v); import an unmodified archive exported by this installation", err)
 	}
-	return m, io.MultiReader(bytes.NewReader(seen.Bytes()), archive), nil
+	return h.Manifest, h.Unsigned(), nil
+}
+
+// maxTemplateRef bounds the template reference an imported manifest names.
+const maxTemplateRef = 256
+
+// importTemplate returns the template reference to record for an imported
+// sandbox whose archive names ref and was taken on tpl: ref must be a
+// reference a create request accepts (name, name:tag or sha256:<digest>,
+// printable, at most maxTemplateRef characters); it is kept when it names
+// tpl here, else the sandbox records tpl's digest.
+func (s *Service) importTemplate(ctx context.Context, ref string, tpl model.Template) (string, error) {
+	if ref == "" {
+		return tpl.Digest, nil
+	}
+	if len(ref) > maxTemplateRef || strings.IndexFunc(ref, func(r rune) bool { return r < 0x21 || r > 0x7e }) >= 0 {
+		return "", model.Errorf(model.ErrUnprocessable, "the archive's manifest names template %.80q, which is not a template reference (at most %d printable characters: name, name:tag or sha256:<digest>)", ref, maxTemplateRef)
+	}
+	t, got, err := s.resolveTemplate(ctx, ref)
+	switch {
+	case err == nil && t.Digest == tpl.Digest:
+		return got, nil
+	case err == nil, errors.Is(err, model.ErrUnprocessable) && strings.Contains(err.Error(), templateListingHint):
+		return tpl.Digest, nil // a valid reference that names another template here, or none
+	case errors.Is(err, model.ErrUnprocessable):
+		return "", model.Errorf(model.ErrUnprocessable, "the archive's manifest names template %q: %v", ref, err)
+	}
+	return "", err
 }

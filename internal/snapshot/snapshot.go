@@ -344,7 +344,7 @@ func hashTree(dir string) ([]Artifact, error) {
 			return nil
 		case !e.Type().IsRegular():
 			return fmt.Errorf("artifact %s is not a regular file (%v): %w", rel, e.Type(), model.ErrInvalid)
-		case rel == ManifestFile || strings.HasPrefix(rel, "."+ManifestFile):
+		case rel == ManifestFile || rel == SignatureFile || strings.HasPrefix(rel, "."+ManifestFile):
 			return fmt.Errorf("artifact %s: the name is reserved: %w", rel, model.ErrInvalid)
 		}
 		a, err := hashFile(p, true)
@@ -491,7 +491,8 @@ func checkArtifacts(arts []Artifact) error {
 }
 
 // safePath accepts a clean, relative, slash-separated path inside the
-// snapshot dir that is not the manifest (or its temp file).
+// snapshot dir that is not the manifest (or its temp file) or an archive's
+// signature entry.
 func safePath(p string) error {
 	if p == "" || len(p) > maxPathLen || strings.ContainsAny(p, "\\\x00") || path.IsAbs(p) || path.Clean(p) != p {
 		return fmt.Errorf("artifact path %q is not a clean relative path", p)
@@ -501,7 +502,7 @@ func safePath(p string) error {
 			return fmt.Errorf("artifact path %q has a dot element", p)
 		}
 	}
-	if p == ManifestFile || strings.HasPrefix(p, "."+ManifestFile) {
+	if p == ManifestFile || p == SignatureFile || strings.HasPrefix(p, "."+ManifestFile) {
 		return fmt.Errorf("artifact path %q is reserved", p)
 	}
 	return nil

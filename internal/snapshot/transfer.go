@@ -2,7 +2,9 @@ package snapshot
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -11,6 +13,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/airlock/airlock/internal/model"
 )
@@ -218,6 +221,192 @@ func importFile(dir string, a Artifact, r io.Reader) error {
 	}
 	if got := hex.EncodeToString(sum.Sum(nil)); got != a.SHA256 {
 		return fmt.Errorf("sha256 %s, manifest says %s", got, a.SHA256)
+	}
+	return nil
+}
+
+// SignatureFile is the entry right after the manifest in an archive exported
+// through the API server: the installation's signature over the manifest
+// bytes (Sign). The manifest holds the size and sha256 of every artifact, so
+// the signature covers the whole archive. A worker's Export does not write
+// it and its Import does not take it: the API server adds it on export
+// (Head.Signed) and checks and removes it on import (Head.Unsigned).
+const SignatureFile = "manifest.json.sig"
+
+// MaxHeadBytes bounds what ReadHead reads of an archive: the manifest entry
+// (at most 1 MiB of data), the signature entry and their tar headers. An
+// archive whose first entries take more (e.g. an endless run of PAX or GNU
+// meta headers) is refused before more is read.
+const MaxHeadBytes = 2 << 20
+
+// maxSignatureBytes bounds the signature entry (a small JSON object).
+const maxSignatureBytes = 4 << 10
+
+// Head is the start of an archive written by Export: its manifest, as bytes
+// and parsed, its signature entry if it has one, and the rest of the stream.
+type Head struct {
+	Manifest      Manifest
+	ManifestBytes []byte
+	Signature     []byte // the SignatureFile entry's content; nil if there is none
+
+	entry  []byte    // the manifest entry as read: header blocks, data, padding
+	sigLen int64     // bytes of the signature entry in the stream (0 if none)
+	rest   io.Reader // the stream after the signature entry, or after the manifest entry if there is none
+}
+
+// ReadHead reads the start of archive r, at most MaxHeadBytes: the first
+// entry must be the regular file manifest.json (at most 1 MiB of JSON),
+// optionally followed by SignatureFile. Errors wrap model.ErrInvalid and say
+// what is wrong. Only the head is buffered; the rest of r is read through
+// Unsigned or Signed.
+func ReadHead(r io.Reader) (*Head, error) {
+	lr := &io.LimitedReader{R: r, N: MaxHeadBytes}
+	var seen bytes.Buffer
+	tee := io.TeeReader(lr, &seen)
+	tr := tar.NewReader(tee)
+	fail := func(format string, args ...any) error {
+		if lr.N <= 0 {
+			return model.Errorf(model.ErrInvalid, "its first entries take more than %d bytes (a checkpoint archive starts with %s, at most %d bytes, and %s)",
+				MaxHeadBytes, ManifestFile, maxManifestBytes, SignatureFile)
+		}
+		return model.Errorf(model.ErrInvalid, format, args...)
+	}
+	h, err := tr.Next()
+	if err != nil {
+		return nil, fail("it is not a tar stream: %v", err)
+	}
+	if h.Name != ManifestFile || h.Typeflag != tar.TypeReg {
+		return nil, fail("its first entry is %q (tar type %q); a checkpoint archive starts with the regular file %s", h.Name, h.Typeflag, ManifestFile)
+	}
+	if h.Size > maxManifestBytes {
+		return nil, fail("its %s has %d bytes, more than %d", ManifestFile, h.Size, maxManifestBytes)
+	}
+	data, err := io.ReadAll(tr)
+	if err != nil {
+		return nil, fail("read %s: %v", ManifestFile, err)
+	}
+	hd := &Head{ManifestBytes: data}
+	if err := json.Unmarshal(data, &hd.Manifest); err != nil {
+		return nil, fail("its %s is not valid JSON: %v", ManifestFile, err)
+	}
+	end := blockEnd(seen.Len())
+	h, err = tr.Next()
+	switch {
+	case errors.Is(err, io.EOF) && lr.N > 0: // the archive ends after the manifest
+	case err != nil:
+		return nil, fail("read the entry after %s: %v", ManifestFile, err)
+	case h.Name == SignatureFile:
+		if h.Typeflag != tar.TypeReg || h.Size > maxSignatureBytes {
+			return nil, fail("its %s entry is not a regular file of at most %d bytes", SignatureFile, maxSignatureBytes)
+		}
+		sig, err := io.ReadAll(tr)
+		if err != nil {
+			return nil, fail("read %s: %v", SignatureFile, err)
+		}
+		if pad := blockEnd(seen.Len()) - seen.Len(); pad > 0 {
+			if _, err := io.CopyN(io.Discard, tee, int64(pad)); err != nil {
+				return nil, fail("read %s: %v", SignatureFile, err)
+			}
+		}
+		hd.Signature = sig
+		hd.sigLen = int64(seen.Len() - end)
+		hd.entry = seen.Bytes()[:end]
+		hd.rest = r
+		return hd, nil
+	}
+	if end > seen.Len() {
+		return nil, fail("it ends inside %s", ManifestFile)
+	}
+	b := seen.Bytes()
+	hd.entry, hd.rest = b[:end], io.MultiReader(bytes.NewReader(b[end:]), r)
+	return hd, nil
+}
+
+// blockEnd rounds n up to a whole tar block.
+func blockEnd(n int) int { return (n + 511) &^ 511 }
+
+// Unsigned returns the archive without its signature entry: what a worker's
+// Import takes.
+func (h *Head) Unsigned() io.Reader {
+	return io.MultiReader(bytes.NewReader(h.entry), h.rest)
+}
+
+// Signed returns the archive with sig as its signature entry (replacing one
+// it had) and how many bytes longer that makes it.
+func (h *Head) Signed(sig []byte) (io.Reader, int64, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	hdr := &tar.Header{Typeflag: tar.TypeReg, Name: SignatureFile, Size: int64(len(sig)), Mode: 0o600, ModTime: h.Manifest.CreatedAt.Truncate(time.Second), Format: tar.FormatUSTAR}
+	if err := tw.WriteHeader(hdr); err != nil {
+		return nil, 0, fmt.Errorf("snapshot: write %s: %w", SignatureFile, err)
+	}
+	if _, err := tw.Write(sig); err != nil {
+		return nil, 0, fmt.Errorf("snapshot: write %s: %w", SignatureFile, err)
+	}
+	if err := tw.Flush(); err != nil { // pads the entry; no end-of-archive marker
+		return nil, 0, fmt.Errorf("snapshot: write %s: %w", SignatureFile, err)
+	}
+	return io.MultiReader(bytes.NewReader(h.entry), &buf, h.rest), int64(buf.Len()) - h.sigLen, nil
+}
+
+// Signature is the content of SignatureFile (JSON).
+type Signature struct {
+	Alg   string `json:"alg"`    // SignatureAlg
+	KeyID string `json:"key_id"` // KeyID of the signing key: names it, reveals nothing of it
+	MAC   string `json:"mac"`    // lowercase hex HMAC-SHA256(key, signContext || manifest bytes)
+}
+
+// SignatureAlg is the only signature algorithm.
+const SignatureAlg = "hmac-sha256"
+
+// signContext separates archive signatures from every other use of a key.
+const signContext = "airlock checkpoint archive v1\x00"
+
+// Signature check failures.
+var (
+	// ErrSignatureKey: the archive was signed with another key (another
+	// installation's).
+	ErrSignatureKey = model.Errorf(model.ErrInvalid, "signed with another installation's key")
+	// ErrSignatureMismatch: the signature names this key but does not match
+	// the manifest (modified after export), or is malformed.
+	ErrSignatureMismatch = model.Errorf(model.ErrInvalid, "the signature does not match the manifest")
+)
+
+// KeyID names an export key without revealing it.
+func KeyID(key []byte) string {
+	sum := sha256.Sum256(append([]byte("airlock export key id\x00"), key...))
+	return hex.EncodeToString(sum[:8])
+}
+
+func manifestMAC(key, manifest []byte) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(signContext))
+	m.Write(manifest)
+	return m.Sum(nil)
+}
+
+// Sign returns the SignatureFile content for manifest bytes under key.
+func Sign(key, manifest []byte) []byte {
+	b, err := json.Marshal(Signature{Alg: SignatureAlg, KeyID: KeyID(key), MAC: hex.EncodeToString(manifestMAC(key, manifest))})
+	if err != nil {
+		panic(err) // three strings
+	}
+	return append(b, '\n')
+}
+
+// Verify checks SignatureFile content sig over manifest bytes against key:
+// nil, ErrSignatureKey or ErrSignatureMismatch.
+func Verify(key, manifest, sig []byte) error {
+	var s Signature
+	if err := json.Unmarshal(sig, &s); err != nil || s.Alg != SignatureAlg {
+		return fmt.Errorf("%w (not a %s signature)", ErrSignatureMismatch, SignatureAlg)
+	}
+	if s.KeyID != KeyID(key) {
+		return fmt.Errorf("%w (key %.32q, this installation's is %s)", ErrSignatureKey, s.KeyID, KeyID(key))
+	}
+	mac, err := hex.DecodeString(s.MAC)
+	if err != nil || !hmac.Equal(mac, manifestMAC(key, manifest)) {
+		return ErrSignatureMismatch
 	}
 	return nil
 }
