@@ -10,6 +10,19 @@ cd "$(dirname "$0")/.."
 ./scripts/build.sh
 # The E2B SDK suite's npm packages (pinned by test/e2b/package-lock.json).
 if command -v npm >/dev/null 2>&1; then npm ci --prefix test/e2b --no-audit --no-fund; fi
+# Schemathesis (the property-based API fuzzer of internal/e2e TestAPIFuzz), pinned, in a
+# virtualenv kept in the test cache so only the first run on a machine installs it.
+cache=${AIRLOCK_TEST_CACHE:-/var/tmp/airlock-test-cache}
+schemathesis_version=4.32.5
+venv="$cache/venv-schemathesis"
+if [ "$(cat "$venv/.version" 2>/dev/null)" != "$schemathesis_version" ]; then
+  rm -rf "$venv"; mkdir -p "$cache"
+  python3 -m venv "$venv" 2>/dev/null || {
+    apt-get install -y -qq --no-install-recommends python3-venv >/dev/null && python3 -m venv "$venv"; }
+  "$venv/bin/pip" install -q --disable-pip-version-check "schemathesis==$schemathesis_version"
+  echo "$schemathesis_version" >"$venv/.version"
+fi
+export AIRLOCK_SCHEMATHESIS="$venv/bin/st"
 
 # A private PostgreSQL for this run, stopped on exit.
 pgbin=
@@ -43,3 +56,5 @@ go vet ./...
 # packages each load the machine's cores; run side by side on 2 cores they
 # starve each other into timeouts, and one after another they take ~7 min.
 go test -p 1 -count=1 -timeout 60m "$@" ./...
+# Every fuzz target for a bounded time (scripts/fuzz.sh), on full runs only.
+if [ $# -eq 0 ]; then ./scripts/fuzz.sh; fi
