@@ -81,7 +81,11 @@ func (s *server) getSandbox(w http.ResponseWriter, r *http.Request, p service.Pr
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, sb)
+	tok, err := s.svc.SandboxTrafficToken(r.Context(), p, sb)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, apitypes.SandboxResponse{Sandbox: sb, TrafficToken: tok})
 }
 
 func (s *server) deleteSandbox(w http.ResponseWriter, r *http.Request, p service.Principal) error {

@@ -74,6 +74,9 @@ type Options struct {
 	// ReapInterval is how often the reaper looks for expired sandboxes
 	// (0: 2 s).
 	ReapInterval time.Duration
+	// MaxInflightPerSandbox caps the requests the router carries to one
+	// sandbox at once; one more is answered 429 (0: MaxInflightPerSandbox).
+	MaxInflightPerSandbox int
 }
 
 // Adapter is the E2B compatibility layer of one server.
@@ -87,7 +90,10 @@ type Adapter struct {
 // New returns the adapter over svc.
 func New(svc *service.Service, o Options) *Adapter {
 	s := newServer(svc, o)
-	rt := &router{s: s, local: o.LocalWorker}
+	rt := &router{s: s, local: o.LocalWorker, maxInflight: o.MaxInflightPerSandbox}
+	if rt.maxInflight <= 0 {
+		rt.maxInflight = MaxInflightPerSandbox
+	}
 	s.envdGet = rt.envdGet
 	a := &Adapter{s: s, rt: rt, api: newAPI(s), reapInterval: o.ReapInterval}
 	if a.reapInterval <= 0 {

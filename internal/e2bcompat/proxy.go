@@ -8,11 +8,9 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"strconv"
@@ -21,6 +19,7 @@ import (
 	"time"
 
 	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/service"
 	"github.com/airlock/airlock/internal/token"
 )
 
@@ -36,7 +35,17 @@ const (
 )
 
 // maxRPCBody caps the body of an envd RPC (file bytes go through /files).
+// The body streams to the worker; a longer one is cut and answered 413.
 const maxRPCBody = 16 << 20
+
+// MaxInflightPerSandbox is how many requests to one sandbox (envd and its
+// ports together, streams and upgraded connections included) the router
+// carries at once unless Options.MaxInflightPerSandbox says otherwise; one
+// more is answered 429.
+const MaxInflightPerSandbox = 64
+
+// maxEnvdGetBody caps an envd answer the server reads itself (metrics).
+const maxEnvdGetBody = 1 << 20
 
 // workerTokenTTL is the validity of the token the router signs for one
 // forwarded request.
@@ -88,8 +97,33 @@ type router struct {
 	// local returns the in-process data-plane handler of workerID, or nil.
 	local func(workerID string) http.Handler
 
-	mu      sync.Mutex
-	proxies map[string]*httputil.ReverseProxy // by data-plane URL
+	// maxInflight caps the requests in flight per sandbox (inflight).
+	maxInflight int
+
+	mu       sync.Mutex
+	proxies  map[string]*httputil.ReverseProxy // by data-plane URL
+	inflight map[string]int                    // by sandbox id
+}
+
+// acquire counts one more request in flight to sandbox id, or reports
+// false when the sandbox has maxInflight already.
+func (rt *router) acquire(id string) (release func(), ok bool) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.inflight[id] >= rt.maxInflight {
+		return nil, false
+	}
+	if rt.inflight == nil {
+		rt.inflight = map[string]int{}
+	}
+	rt.inflight[id]++
+	return func() {
+		rt.mu.Lock()
+		defer rt.mu.Unlock()
+		if rt.inflight[id]--; rt.inflight[id] <= 0 {
+			delete(rt.inflight, id)
+		}
+	}, true
 }
 
 // sandboxError is the 502 infra answers for a sandbox that is not running
@@ -136,7 +170,24 @@ func (rt *router) serve(w http.ResponseWriter, r *http.Request, t target) {
 			writeSandboxError(w, t.sandboxID, http.StatusUnauthorized, err.Error())
 			return
 		}
+	} else if err := rt.s.svc.CheckTraffic(ctx, sb, r.Header.Get(service.TrafficTokenHeader)); err != nil {
+		status := http.StatusUnauthorized
+		if errors.Is(err, model.ErrForbidden) {
+			status = http.StatusForbidden
+		} else if !errors.Is(err, model.ErrUnauthorized) {
+			rt.s.log.Error("e2b sandbox traffic: traffic token", "sandbox", sb.ID, "err", err)
+			status, err = http.StatusBadGateway, errors.New("signing key unavailable")
+		}
+		writeSandboxError(w, t.sandboxID, status, err.Error())
+		return
 	}
+	release, ok := rt.acquire(sb.ID)
+	if !ok {
+		w.Header().Set("Retry-After", "1")
+		writeSandboxError(w, t.sandboxID, http.StatusTooManyRequests, fmt.Sprintf("sandbox %s has %d requests in flight, the most the server carries at once; retry when one has finished", sb.ID, rt.maxInflight))
+		return
+	}
+	defer release()
 	if sb.State != model.StateRunning {
 		writeSandboxError(w, t.sandboxID, http.StatusBadGateway, fmt.Sprintf("The sandbox is %s; resume it with Sandbox.connect", e2bState(sb)))
 		return
@@ -158,24 +209,20 @@ func (rt *router) serve(w http.ResponseWriter, r *http.Request, t target) {
 		return
 	}
 	out := r.Clone(ctx)
+	// Bodies stream both ways. A server stream answers while a chunked
+	// body may still be arriving (its last chunk); an HTTP/1.1 server
+	// that is not full duplex would drain or drop the rest of the body
+	// once the answer starts, cutting the forwarded request.
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	if t.port == EnvdPort && r.URL.Path != "/files" && r.Body != nil && r.Body != http.NoBody {
-		// An RPC: read its (small) body whole first. A server stream answers
-		// while a chunked body may still be arriving (its last chunk), and an
-		// HTTP/1.1 server gives up the request body once the answer starts,
-		// which would cut the forwarded request.
-		body, err := io.ReadAll(io.LimitReader(r.Body, maxRPCBody+1))
-		if err != nil {
-			writeSandboxError(w, t.sandboxID, http.StatusBadRequest, "read request body: "+err.Error())
+		// An RPC (file bytes go through /files): bounded.
+		if r.ContentLength > maxRPCBody {
+			writeSandboxError(w, t.sandboxID, http.StatusRequestEntityTooLarge, rpcTooLarge)
 			return
 		}
-		if len(body) > maxRPCBody {
-			writeSandboxError(w, t.sandboxID, http.StatusRequestEntityTooLarge, fmt.Sprintf("an envd RPC body may be at most %d bytes", maxRPCBody))
-			return
-		}
-		out.Body, out.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
-		out.Header.Del("Transfer-Encoding")
-		out.TransferEncoding = nil
+		out.Body = http.MaxBytesReader(w, r.Body, maxRPCBody)
 	}
+	stripCredentials(out.Header, t.port == EnvdPort)
 	out.URL.Path = "/e2b/" + sb.ID + "/" + strconv.Itoa(t.port) + r.URL.Path
 	out.URL.RawPath = ""
 	if r.URL.RawPath != "" {
@@ -285,6 +332,10 @@ func (rt *router) proxy(base string) *httputil.ReverseProxy {
 			if r.Context().Err() != nil {
 				return
 			}
+			if big := (*http.MaxBytesError)(nil); errors.As(err, &big) {
+				writeSandboxError(w, r.Header.Get(HeaderSandboxID), http.StatusRequestEntityTooLarge, rpcTooLarge)
+				return
+			}
 			writeSandboxError(w, r.Header.Get(HeaderSandboxID), http.StatusBadGateway, "worker data plane unreachable: "+err.Error())
 		},
 	}
@@ -295,9 +346,79 @@ func (rt *router) proxy(base string) *httputil.ReverseProxy {
 	return p
 }
 
+// rpcTooLarge answers an envd RPC body over maxRPCBody.
+var rpcTooLarge = fmt.Sprintf("an envd RPC body may be at most %d bytes (send file bytes to /files)", maxRPCBody)
+
+// stripCredentials removes from h what a client sent to authenticate to
+// Airlock or to the router, before the request goes to the worker and into
+// the guest (which is untrusted): API keys, envd access and traffic tokens,
+// X-Airlock-* headers. Authorization goes too, except on envd's port,
+// where envd reads the run-as user from "Basic base64(user:)" (that user is
+// all that is kept).
+func stripCredentials(h http.Header, envd bool) {
+	basic := h.Get("Authorization")
+	for k := range h {
+		switch ck := http.CanonicalHeaderKey(k); {
+		case ck == "Authorization", ck == "X-Api-Key", ck == headerAccessToken,
+			ck == http.CanonicalHeaderKey(service.TrafficTokenHeader), strings.HasPrefix(ck, "X-Airlock-"):
+			delete(h, k)
+		}
+	}
+	if user, ok := basicUser(basic); envd && ok {
+		h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":")))
+	}
+}
+
+// basicUser returns the user name of a Basic Authorization value.
+func basicUser(v string) (string, bool) {
+	scheme, enc, ok := strings.Cut(v, " ")
+	if !ok || !strings.EqualFold(scheme, "Basic") {
+		return "", false
+	}
+	b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(enc))
+	if err != nil {
+		return "", false
+	}
+	user, _, _ := strings.Cut(string(b), ":")
+	return user, user != ""
+}
+
+// boundedWriter is an http.ResponseWriter that keeps at most limit body
+// bytes: a write beyond that fails, which ends the forwarding (the router
+// never holds more of an answer it reads itself than limit).
+type boundedWriter struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+	limit  int
+	over   bool
+}
+
+func (b *boundedWriter) Header() http.Header { return b.header }
+
+func (b *boundedWriter) WriteHeader(status int) {
+	if b.status == 0 {
+		b.status = status
+	}
+}
+
+func (b *boundedWriter) Write(p []byte) (int, error) {
+	b.WriteHeader(http.StatusOK)
+	if room := b.limit - b.body.Len(); len(p) > room {
+		b.body.Write(p[:max(room, 0)])
+		b.over = true
+		return max(room, 0), errAnswerTooLarge
+	}
+	return b.body.Write(p)
+}
+
+func (b *boundedWriter) Flush() {}
+
+var errAnswerTooLarge = errors.New("answer too large")
+
 // envdGet fetches an envd path of a running sandbox through its worker
-// (used for metrics).
-func (rt *router) envdGet(ctx context.Context, sb model.Sandbox, path string) ([]byte, error) {
+// (used for metrics); an answer longer than maxEnvdGetBody is an error.
+func (rt *router) envdGet(ctx context.Context, sb model.Sandbox, path string) (body []byte, err error) {
 	tok, err := rt.s.envdToken(ctx, sb)
 	if err != nil {
 		return nil, err
@@ -309,12 +430,23 @@ func (rt *router) envdGet(ctx context.Context, sb model.Sandbox, path string) ([
 	req.Header.Set(HeaderSandboxID, sb.ID)
 	req.Header.Set(headerAccessToken, tok)
 	req.RequestURI = path
-	rec := httptest.NewRecorder()
-	rt.serve(rec, req, target{sandboxID: sb.ID, port: EnvdPort})
-	res := rec.Result()
-	body, _ := io.ReadAll(io.LimitReader(res.Body, 1<<20))
-	if res.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("envd %s answered %s: %s", path, res.Status, strings.TrimSpace(string(body)))
+	bw := &boundedWriter{header: http.Header{}, limit: maxEnvdGetBody}
+	func() {
+		// A reverse proxy whose copy fails (our write, above) aborts its
+		// handler with http.ErrAbortHandler; here the handler is ours.
+		defer func() {
+			if p := recover(); p != nil && p != http.ErrAbortHandler {
+				panic(p)
+			}
+		}()
+		rt.serve(bw, req, target{sandboxID: sb.ID, port: EnvdPort})
+	}()
+	if bw.over {
+		return nil, fmt.Errorf("envd %s answered more than %d bytes", path, maxEnvdGetBody)
 	}
-	return body, nil
+	if bw.status != http.StatusOK {
+		msg := bw.body.Bytes()[:min(bw.body.Len(), 4096)]
+		return nil, fmt.Errorf("envd %s answered %d: %s", path, bw.status, strings.TrimSpace(string(msg)))
+	}
+	return bw.body.Bytes(), nil
 }

@@ -79,6 +79,7 @@ type lifecycleJSON struct {
 type sandboxDetail struct {
 	listedSandbox
 	EnvdAccessToken     string        `json:"envdAccessToken,omitempty"`
+	TrafficAccessToken  *string       `json:"trafficAccessToken"`
 	Domain              *string       `json:"domain"`
 	AllowInternetAccess bool          `json:"allowInternetAccess"`
 	Lifecycle           lifecycleJSON `json:"lifecycle"`
@@ -175,10 +176,57 @@ func (s *server) sandboxOut(ctx context.Context, sb model.Sandbox) (sandboxJSON,
 	if err != nil {
 		return sandboxJSON{}, err
 	}
+	traffic, err := s.trafficToken(ctx, sb)
+	if err != nil {
+		return sandboxJSON{}, err
+	}
 	return sandboxJSON{
 		SandboxID: sb.ID, TemplateID: sb.Template, Alias: alias(sb), ClientID: "airlock",
-		EnvdVersion: EnvdVersion, EnvdAccessToken: tok,
+		EnvdVersion: EnvdVersion, EnvdAccessToken: tok, TrafficAccessToken: traffic,
 	}, nil
+}
+
+// trafficToken is E2B's trafficAccessToken: the sandbox's traffic token,
+// or nil when its ports are public.
+func (s *server) trafficToken(ctx context.Context, sb model.Sandbox) (*string, error) {
+	if sb.PublicTraffic {
+		return nil, nil
+	}
+	tok, err := s.svc.TrafficToken(ctx, sb)
+	if err != nil {
+		return nil, err
+	}
+	return &tok, nil
+}
+
+// allowPublicTraffic reads E2B's create option network: allowPublicTraffic
+// (absent: true, as in E2B). Every other network setting is an egress
+// rule Airlock lacks: 501.
+func allowPublicTraffic(raw json.RawMessage) (bool, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return true, nil
+	}
+	var n map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &n); err != nil {
+		return false, badRequest("network is not an object: %v", err)
+	}
+	public := true
+	for k, v := range n {
+		switch vs := strings.TrimSpace(string(v)); {
+		case k == "allowPublicTraffic":
+			if vs == "null" {
+				continue
+			}
+			if err := json.Unmarshal(v, &public); err != nil {
+				return false, badRequest("network.allowPublicTraffic is %s; it must be true or false", vs)
+			}
+		case vs == "null", vs == "[]", vs == "{}", vs == `""`:
+			// an empty setting is no setting
+		default:
+			return false, notSupported("network.%s: network rules are not supported by Airlock (sandboxes have loopback networking only); only network.allowPublicTraffic is accepted", k)
+		}
+	}
+	return public, nil
 }
 
 func listed(sb model.Sandbox) listedSandbox {
@@ -216,9 +264,11 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p service.Princi
 	if err := decode(r, &req); err != nil {
 		return err
 	}
+	public, err := allowPublicTraffic(req.Network)
+	if err != nil {
+		return err
+	}
 	switch {
-	case len(req.Network) > 0 && string(req.Network) != "null" && string(req.Network) != "{}":
-		return notSupported("network rules are not supported by Airlock (sandboxes have loopback networking only)")
 	case len(req.MCP) > 0 && string(req.MCP) != "null":
 		return notSupported("MCP gateways are not supported by Airlock")
 	case len(req.VolumeMounts) > 0 && string(req.VolumeMounts) != "null" && string(req.VolumeMounts) != "[]":
@@ -250,7 +300,7 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p service.Princi
 		md[metaAlias] = req.TemplateID
 	}
 	sb, op, err := s.svc.CreateSandbox(r.Context(), p, apitypes.CreateSandboxRequest{
-		Template: ref, Env: req.EnvVars, Metadata: md, TimeoutS: timeout,
+		Template: ref, Env: req.EnvVars, Metadata: md, TimeoutS: timeout, PublicTraffic: public,
 	}, r.Header.Get("Idempotency-Key"))
 	if err != nil {
 		return err
@@ -370,8 +420,12 @@ func (s *server) get(w http.ResponseWriter, r *http.Request, p service.Principal
 	if sb.Metadata[metaOnTimeout] == "pause" {
 		onTimeout = "pause"
 	}
+	traffic, err := s.trafficToken(r.Context(), sb)
+	if err != nil {
+		return err
+	}
 	writeJSON(w, http.StatusOK, sandboxDetail{
-		listedSandbox: listed(sb), EnvdAccessToken: tok,
+		listedSandbox: listed(sb), EnvdAccessToken: tok, TrafficAccessToken: traffic,
 		Lifecycle: lifecycleJSON{OnTimeout: onTimeout},
 	})
 	return nil

@@ -241,6 +241,7 @@ func (s *Service) newSandbox(ctx context.Context, p Principal, req apitypes.Crea
 		Env: req.Env, Metadata: req.Metadata, TimeoutS: req.TimeoutS,
 		CreatedAt: now, UpdatedAt: now, LastActivityAt: now,
 		IdleSuspendS: idle, NoAutoWake: req.AutoWake != nil && !*req.AutoWake,
+		PublicTraffic: req.PublicTraffic,
 	}
 	if req.TimeoutS > 0 {
 		exp := now.Add(time.Duration(req.TimeoutS) * time.Second)

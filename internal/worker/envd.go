@@ -13,10 +13,18 @@ package worker
 // envd request to a sandbox the worker calls the agent's /envd/init with
 // the sandbox's environment and E2B's default user and working directory.
 // A sandbox that is not running here answers 502 {"sandboxId","message","code"}.
+//
+// The route needs a server-signed token of scope envd for the sandbox: the
+// router signs one per request after its own checks (envd's access token on
+// port 49983, the sandbox's traffic token on the others), and the only such
+// token a client ever holds is E2B's envdAccessToken, which controls the
+// whole sandbox anyway. Before anything goes into the guest the worker
+// removes what authenticated the client (stripCredentials).
 
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -112,6 +120,9 @@ func (w *Worker) handleE2B(rw http.ResponseWriter, r *http.Request) {
 	// E2B traffic is activity (idle auto-suspend), also when a stream ends.
 	w.touch(sid)
 	defer w.touch(sid)
+	// Bodies stream both ways: an HTTP/1.1 server that is not full duplex
+	// drains or drops the rest of a request body once the answer starts.
+	_ = http.NewResponseController(rw).EnableFullDuplex()
 	if port == e2bEnvdPort {
 		if err := e2bInits.ensure(r.Context(), sid, ac, env); err != nil {
 			w.log.Warn("envd init", "sandbox", sid, "err", err)
@@ -130,7 +141,7 @@ func (w *Worker) handleE2B(rw http.ResponseWriter, r *http.Request) {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Path = path
 			pr.Out.URL.RawPath = ""
-			pr.Out.Header.Del(e2bTokenHeader)
+			stripCredentials(pr.Out.Header, port == e2bEnvdPort)
 		},
 		Transport:     roundTripper(ac.Do),
 		FlushInterval: -1,
@@ -144,6 +155,40 @@ func (w *Worker) handleE2B(rw http.ResponseWriter, r *http.Request) {
 		},
 	}
 	proxy.ServeHTTP(rw, r)
+}
+
+// stripCredentials removes from h what a client sent to authenticate to
+// Airlock, before the request goes into the (untrusted) guest: API keys
+// (X-API-KEY, Authorization), envd access and traffic tokens and every
+// X-Airlock-* header (the data-plane token among them). On envd's port
+// Authorization "Basic base64(user:)" names envd's run-as user: only that
+// user is kept.
+func stripCredentials(h http.Header, envd bool) {
+	user, basic := basicUser(h.Get("Authorization"))
+	for k := range h {
+		switch ck := http.CanonicalHeaderKey(k); {
+		case ck == "Authorization", ck == "X-Api-Key", ck == "X-Access-Token",
+			ck == "E2b-Traffic-Access-Token", strings.HasPrefix(ck, "X-Airlock-"):
+			delete(h, k)
+		}
+	}
+	if envd && basic {
+		h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":")))
+	}
+}
+
+// basicUser returns the user name of a Basic Authorization value.
+func basicUser(v string) (string, bool) {
+	scheme, enc, ok := strings.Cut(v, " ")
+	if !ok || !strings.EqualFold(scheme, "Basic") {
+		return "", false
+	}
+	b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(enc))
+	if err != nil {
+		return "", false
+	}
+	user, _, _ := strings.Cut(string(b), ":")
+	return user, user != ""
 }
 
 type roundTripper func(*http.Request) (*http.Response, error)
@@ -263,7 +308,7 @@ func (w *Worker) tunnelUpgrade(rw http.ResponseWriter, r *http.Request, ac *agen
 	defer conn.Close()
 	out := r.Clone(ctx)
 	out.URL.Path, out.URL.RawPath = path, ""
-	out.Header.Del(e2bTokenHeader)
+	stripCredentials(out.Header, false)
 	out.Body, out.ContentLength = http.NoBody, 0 // an upgrade request has none
 	go func() {
 		// The request (its body, if any, is read from the client connection's

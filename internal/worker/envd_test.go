@@ -172,3 +172,116 @@ func TestE2BRoute(t *testing.T) {
 		t.Fatalf("echo through the tunnel: %q %v", line, err)
 	}
 }
+
+// TestE2BRouteStripsCredentials attacks the guest side of the /e2b route:
+// a port service inside the sandbox (here the host agent's "sandbox", the
+// host) that echoes the request headers it receives must never see what
+// the client authenticated with (API keys, envd and traffic tokens, the
+// data-plane token, any X-Airlock-* header), on plain requests and on
+// upgraded connections; envd's port keeps only the Basic user of
+// Authorization.
+func TestE2BRouteStripsCredentials(t *testing.T) {
+	e := newHostEnv(t)
+	good := e.srv.sign(t, token.Claims{SandboxID: e.sid, Scope: token.ScopeEnvd})
+	secrets := map[string]string{
+		"Authorization":            "Bearer al_0123456789abcdef0123456789abcdef01234567",
+		"X-API-KEY":                "e2b_0123456789abcdef0123456789abcdef01234567",
+		"X-Access-Token":           "v1.envd.token",
+		"E2b-Traffic-Access-Token": "tt_traffic",
+		"X-Airlock-Whatever":       "internal",
+	}
+	leaked := func(h http.Header) []string {
+		var out []string
+		for k := range secrets {
+			if v := h.Get(k); v != "" {
+				out = append(out, k+": "+v)
+			}
+		}
+		if v := h.Get(e2bTokenHeader); v != "" {
+			out = append(out, e2bTokenHeader+": "+v)
+		}
+		return out
+	}
+
+	// A plain request to a port.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	seen := make(chan http.Header, 1)
+	go http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.Header.Clone()
+		io.WriteString(w, "ok")
+	}))
+	port := ln.Addr().(*net.TCPAddr).Port
+	req, _ := http.NewRequestWithContext(testContext(t), "GET", fmt.Sprintf("%s/e2b/%s/%d/echo", strings.TrimRight(e.tw.w.DataPlaneURL(), "/"), e.sid, port), nil)
+	for k, v := range secrets {
+		req.Header.Set(k, v)
+	}
+	req.Header.Set(e2bTokenHeader, good)
+	req.Header.Set("X-Custom", "kept")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("port request: %d", resp.StatusCode)
+	}
+	h := <-seen
+	if l := leaked(h); len(l) > 0 || h.Get("X-Custom") != "kept" {
+		t.Fatalf("the port in the sandbox saw %v (X-Custom %q); want no credentials and the client's other headers", l, h.Get("X-Custom"))
+	}
+
+	// An upgraded connection to a port.
+	up, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	go func() {
+		c, err := up.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		r, err := http.ReadRequest(bufio.NewReader(c))
+		if err != nil {
+			return
+		}
+		seen <- r.Header
+		io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+	}()
+	c, err := net.Dial("tcp", strings.TrimPrefix(e.tw.w.DataPlaneURL(), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var extra strings.Builder
+	for k, v := range secrets {
+		fmt.Fprintf(&extra, "%s: %s\r\n", k, v)
+	}
+	fmt.Fprintf(c, "GET /e2b/%s/%d/ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n%s: %s\r\n%s\r\n",
+		e.sid, up.Addr().(*net.TCPAddr).Port, e2bTokenHeader, good, extra.String())
+	if uresp, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil || uresp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade answer: %v %v", uresp, err)
+	}
+	if l := leaked(<-seen); len(l) > 0 {
+		t.Fatalf("the upgraded port in the sandbox saw %v; want no credentials", l)
+	}
+
+	// stripCredentials on envd's port keeps the Basic user only.
+	hdr := http.Header{}
+	hdr.Set("Authorization", "Basic dXNlcjpzM2NyZXQ=") // user:s3cret
+	hdr.Set("X-API-KEY", "k")
+	stripCredentials(hdr, true)
+	if got := hdr.Get("Authorization"); got != "Basic dXNlcjo=" /* user: */ || hdr.Get("X-API-KEY") != "" {
+		t.Fatalf("envd headers after stripping: %v; want Authorization Basic user: only", hdr)
+	}
+	hdr.Set("Authorization", "Bearer al_x")
+	if stripCredentials(hdr, true); hdr.Get("Authorization") != "" {
+		t.Fatalf("a Bearer Authorization reached envd: %v", hdr)
+	}
+}

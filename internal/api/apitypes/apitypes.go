@@ -27,6 +27,10 @@ type CreateSandboxRequest struct {
 	// AutoWake wakes the sandbox when a command or file request arrives
 	// while it is paused or suspended (absent: true).
 	AutoWake *bool `json:"auto_wake,omitempty"`
+	// PublicTraffic lets anyone who knows the sandbox id reach its ports
+	// through the server's sandbox router without the traffic token
+	// (absent: false; GET /v1/sandboxes/{id} returns the token).
+	PublicTraffic bool `json:"public_traffic,omitempty"`
 
 	// FromCheckpoint forks: Count sandboxes (default 1, at most MaxForks)
 	// start from that checkpoint of a sandbox of the caller's org, on that
@@ -40,6 +44,14 @@ type CreateSandboxRequest struct {
 	// Only in a multipart request whose first part, "request", is this
 	// JSON. Feature gate "snapshots".
 	Import string `json:"import,omitempty"`
+}
+
+// SandboxResponse is the body of GET /v1/sandboxes/{id}: the sandbox and,
+// unless it has public traffic, the traffic token its ports need (header
+// E2b-Traffic-Access-Token).
+type SandboxResponse struct {
+	model.Sandbox
+	TrafficToken string `json:"traffic_token,omitempty"`
 }
 
 // MaxForks bounds CreateSandboxRequest.Count.
