@@ -33,6 +33,7 @@ import (
 	"github.com/airlock/airlock/internal/controller"
 	"github.com/airlock/airlock/internal/e2bcompat"
 	"github.com/airlock/airlock/internal/events"
+	"github.com/airlock/airlock/internal/httplimit"
 	"github.com/airlock/airlock/internal/model"
 	airruntime "github.com/airlock/airlock/internal/runtime"
 	"github.com/airlock/airlock/internal/runtime/gvisor"
@@ -348,7 +349,7 @@ type localWorker struct {
 
 // serve runs the controllers and the HTTP server until ctx ends.
 func (s *server) serve(ctx context.Context, ln net.Listener) error {
-	hs := &http.Server{Handler: s.h, ReadHeaderTimeout: 30 * time.Second}
+	hs := httplimit.Control.Server(s.h) // header, idle and body-stall timeouts; 64 KiB headers
 	errc := make(chan error, 3)
 	go func() { errc <- s.ctrl.Run(ctx) }()
 	go func() { errc <- s.e2b.RunReaper(ctx) }()

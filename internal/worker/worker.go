@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/airlock/airlock/internal/agentclient"
+	"github.com/airlock/airlock/internal/httplimit"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/runtime"
 	"github.com/airlock/airlock/internal/snapshot"
@@ -232,11 +233,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	srv := &http.Server{
-		Handler:           w.Handler(),
-		BaseContext:       func(net.Listener) context.Context { return ctx },
-		ReadHeaderTimeout: 30 * time.Second,
-	}
+	srv := httplimit.DataPlane.Server(w.Handler()) // header, idle and body-stall timeouts; 1 MiB headers
+	srv.BaseContext = func(net.Listener) context.Context { return ctx }
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(w.ln) }()
 
