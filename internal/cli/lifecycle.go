@@ -123,7 +123,7 @@ var orgSetCmd = &command{
 	args:    "<org-id> [--features a,b] [--idle-suspend-after 6h|0|default] [--json]",
 	summary: "change an org's feature gates (default org admins) or idle auto-suspend delay (its admins)",
 	setup: func(fs *flag.FlagSet) func(context.Context, *runner, []string) error {
-		features := fs.String("features", "", "comma-separated `list` of feature gates to turn on (replaces the current ones; \"\" turns all off); known: snapshots")
+		features := fs.String("features", "", "comma-separated `list` of feature gates to turn on (replaces the current ones; \"\" turns all off); known: snapshots, unsigned_imports")
 		idle := &idleFlag{allowDef: true}
 		fs.Var(idle, "idle-suspend-after", "suspend the org's new sandboxes after this long without activity (`duration`; 0 never; default: 6h)")
 		asJSON := fs.Bool("json", false, "print the org as JSON")
