@@ -34,6 +34,12 @@ const (
 	DefaultMaxFinishedOutput = 256 << 20
 )
 
+// DefaultMaxTombstones is how many ids of forgotten processes the agent
+// remembers (oldest dropped first), so that a late start or attach of one
+// gets 410 Gone instead of running the command a second time. An id costs
+// some 100 bytes.
+const DefaultMaxTombstones = 65536
+
 // Config configures an Agent. The zero value is the production setting.
 type Config struct {
 	// PasswdPath and GroupPath are the user databases (default /etc/passwd,
@@ -48,6 +54,9 @@ type Config struct {
 	// (defaults DefaultMaxFinished, DefaultMaxFinishedOutput).
 	MaxFinished       int
 	MaxFinishedOutput int64
+	// MaxTombstones bounds the ids of forgotten processes kept (default
+	// DefaultMaxTombstones).
+	MaxTombstones int
 	// Logger receives diagnostics (default: discard).
 	Logger *slog.Logger
 }
@@ -61,6 +70,11 @@ type Agent struct {
 
 	mu    sync.Mutex
 	procs map[string]*process
+	// gone holds the ids of forgotten processes; goneOrder is their ring in
+	// the order forgotten, goneNext the next slot to reuse once it is full.
+	gone      map[string]struct{}
+	goneOrder []string
+	goneNext  int
 }
 
 // New returns an Agent. It starts the process reaper, which handles SIGCHLD
@@ -85,11 +99,14 @@ func New(cfg Config) *Agent {
 	if cfg.MaxFinishedOutput <= 0 {
 		cfg.MaxFinishedOutput = DefaultMaxFinishedOutput
 	}
+	if cfg.MaxTombstones <= 0 {
+		cfg.MaxTombstones = DefaultMaxTombstones
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a := &Agent{cfg: cfg, log: log, boot: time.Now().UTC(), procs: map[string]*process{}}
+	a := &Agent{cfg: cfg, log: log, boot: time.Now().UTC(), procs: map[string]*process{}, gone: map[string]struct{}{}}
 	startReaper()
 	m := http.NewServeMux()
 	m.HandleFunc("GET /health", a.handleHealth)
@@ -125,6 +142,7 @@ var (
 	errNotFound = errors.New("not found")
 	errInvalid  = errors.New("invalid")
 	errConflict = errors.New("conflict")
+	errGone     = errors.New("gone")
 )
 
 type kindError struct {
@@ -146,6 +164,8 @@ func classify(err error) (int, string) {
 		return http.StatusBadRequest, "invalid"
 	case errors.Is(err, errConflict):
 		return http.StatusConflict, "conflict"
+	case errors.Is(err, errGone):
+		return http.StatusGone, "gone"
 	case errors.Is(err, errNotFound), errors.Is(err, fs.ErrNotExist):
 		return http.StatusNotFound, "not_found"
 	case errors.Is(err, fs.ErrExist), errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR),

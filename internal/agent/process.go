@@ -399,6 +399,9 @@ func (a *Agent) startWith(spec agentapi.ProcessSpec, setup func(*process)) (*pro
 	if _, ok := a.procs[spec.ID]; ok {
 		return nil, errorf(errConflict, "process %s already exists", spec.ID)
 	}
+	if _, ok := a.gone[spec.ID]; ok {
+		return nil, errorf(errGone, "process %s already ran and its record has been dropped; it is not run again (start a new one)", spec.ID)
+	}
 	a.pruneLocked()
 	p := &process{id: spec.ID, argv: spec.Argv, started: time.Now().UTC(), out: newOutputLog(a.cfg.MaxOutput), log: a.log}
 	setup(p)
@@ -454,9 +457,26 @@ func (a *Agent) pruneLocked() {
 			break
 		}
 		delete(a.procs, f.id)
+		a.buryLocked(f.id)
 		done = done[1:]
 		total -= f.bytes
 	}
+}
+
+// buryLocked remembers the id of a forgotten process, dropping the oldest
+// remembered one when MaxTombstones are kept. a.mu is held.
+func (a *Agent) buryLocked(id string) {
+	if _, ok := a.gone[id]; ok {
+		return
+	}
+	if len(a.goneOrder) < a.cfg.MaxTombstones {
+		a.goneOrder = append(a.goneOrder, id)
+	} else {
+		delete(a.gone, a.goneOrder[a.goneNext])
+		a.goneOrder[a.goneNext] = id
+		a.goneNext = (a.goneNext + 1) % len(a.goneOrder)
+	}
+	a.gone[id] = struct{}{}
 }
 
 // launch creates the pipes and forks the process.
@@ -598,6 +618,9 @@ func (a *Agent) proc(id string) (*process, error) {
 	defer a.mu.Unlock()
 	p, ok := a.procs[id]
 	if !ok {
+		if _, ok := a.gone[id]; ok {
+			return nil, errorf(errGone, "process %s has finished and its record and output have been dropped", id)
+		}
 		return nil, errorf(errNotFound, "process %s not found", id)
 	}
 	return p, nil

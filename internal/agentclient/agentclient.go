@@ -25,6 +25,10 @@ import (
 
 const baseURL = "http://agent"
 
+// ErrGone is the agent's answer (410) for a process it ran and has since
+// forgotten: it is not started again. It is a kind of model.ErrNotFound.
+var ErrGone = fmt.Errorf("gone: %w", model.ErrNotFound)
+
 // Client talks to one agent.
 type Client struct {
 	tr *http.Transport
@@ -98,6 +102,8 @@ func decodeError(resp *http.Response) error {
 		kind = model.ErrInvalid
 	case code == "conflict" || (code == "" && resp.StatusCode == http.StatusConflict):
 		kind = model.ErrConflict
+	case code == "gone" || (code == "" && resp.StatusCode == http.StatusGone):
+		kind = ErrGone
 	default:
 		return fmt.Errorf("agent: %s (%s)", msg, resp.Status)
 	}

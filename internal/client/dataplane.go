@@ -27,6 +27,12 @@ import (
 	"github.com/airlock/airlock/internal/model"
 )
 
+// ErrGone is the data plane's answer (410) to an attach of a command that
+// already ran and whose record the sandbox dropped (after many newer
+// commands, or a rollback): it is not run again, and RunCommand does not
+// retry. It is a kind of model.ErrNotFound.
+var ErrGone = fmt.Errorf("gone: %w", model.ErrNotFound)
+
 // AttachRetries bounds how many times RunCommand re-attaches in a row
 // without receiving anything before it gives up.
 const AttachRetries = 5
@@ -316,6 +322,8 @@ func dataPlaneResponseError(res *http.Response) error {
 		kind = model.ErrForbidden
 	case http.StatusRequestEntityTooLarge:
 		kind = model.ErrTooLarge
+	case http.StatusGone:
+		kind = ErrGone
 	case http.StatusInternalServerError:
 		kind = errors.New("internal error")
 	}

@@ -26,7 +26,9 @@ package worker
 // close; FrameError (JSON {"message"}) ends the stream on failure. The
 // client sends FrameStdin, FrameStdinClose and FrameSignal (JSON Signal).
 // The first attach starts the process; a dropped attachment leaves it
-// running.
+// running. An attach of a command that already ran but whose record the
+// agent dropped (after MaxFinished newer ones, or a rollback to a
+// checkpoint from before it) answers 410 Gone and never runs it again.
 //
 // A request for a paused or suspended sandbox asks the server to wake it
 // and waits until it runs (at most WakeWaitTimeout); one for a sandbox in
@@ -147,6 +149,8 @@ func writeError(rw http.ResponseWriter, err error) {
 	}
 	status, code := http.StatusInternalServerError, "internal"
 	switch {
+	case errors.Is(err, agentclient.ErrGone):
+		status, code = http.StatusGone, "gone"
 	case errors.Is(err, model.ErrNotFound):
 		status, code = http.StatusNotFound, "not_found"
 	case errors.Is(err, model.ErrInvalid):
@@ -364,11 +368,14 @@ func (w *Worker) handleAttach(rw http.ResponseWriter, r *http.Request) {
 		}
 	}
 	ac, env, err := w.awaitAgent(r.Context(), sid)
+	if err == nil && claims.Command.SandboxEnv != "" && model.EnvDigest(env) != claims.Command.SandboxEnv {
+		env, err = w.awaitEnv(r.Context(), sid, claims.Command.SandboxEnv)
+	}
 	if err != nil {
 		writeError(rw, err)
 		return
 	}
-	info, err := ensureProcess(r.Context(), ac, *claims.Command, env)
+	info, err := w.ensureProcess(r.Context(), ac, sid, *claims.Command, env)
 	if err != nil {
 		writeError(rw, err)
 		return
@@ -385,10 +392,129 @@ func (w *Worker) handleAttach(rw http.ResponseWriter, r *http.Request) {
 	w.attach(r.Context(), conn, ac, sid, cid, info, offset)
 }
 
+// MaxStartedCommands bounds the ids of started commands the worker keeps
+// per sandbox (oldest dropped first); see startedCommands.
+const MaxStartedCommands = 8192
+
+// startedCommands is the worker's own record of the commands it started in
+// each sandbox. The agent remembers the ids of the processes it forgot
+// (tombstones), but its memory is the guest's: a rollback to a checkpoint
+// taken before a command started brings back an agent that never heard of
+// it, and a late attach with that command's token would run it again. With
+// this record such an attach gets 410 Gone. It lives as long as the worker
+// process (a worker restart forgets it; the agent's tombstones remain).
+type startedCommands struct {
+	mu  sync.Mutex
+	sbs map[string]*cmdRing
+}
+
+type cmdRing struct {
+	ids  map[string]struct{}
+	ring []string
+	next int
+}
+
+// startedByWorker maps a *Worker to its *startedCommands (kept beside the
+// Worker rather than in it while worker.go is being changed by others).
+var startedByWorker sync.Map
+
+func (w *Worker) started() *startedCommands {
+	v, _ := startedByWorker.LoadOrStore(w, &startedCommands{sbs: map[string]*cmdRing{}})
+	return v.(*startedCommands)
+}
+
+func (s *startedCommands) has(sid, cid string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.sbs[sid]
+	if r == nil {
+		return false
+	}
+	_, ok := r.ids[cid]
+	return ok
+}
+
+// add records cid as started in sid; live lists the sandboxes the worker
+// still has, so that the records of deleted ones are dropped.
+func (s *startedCommands) add(sid, cid string, live func() map[string]bool) {
+	s.mu.Lock()
+	n := len(s.sbs)
+	s.mu.Unlock()
+	var keep map[string]bool
+	if n > 64 {
+		keep = live()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if keep != nil && len(s.sbs) > 2*len(keep)+32 {
+		for id := range s.sbs {
+			if !keep[id] && id != sid {
+				delete(s.sbs, id)
+			}
+		}
+	}
+	r := s.sbs[sid]
+	if r == nil {
+		r = &cmdRing{ids: map[string]struct{}{}}
+		s.sbs[sid] = r
+	}
+	if _, ok := r.ids[cid]; ok {
+		return
+	}
+	if len(r.ring) < MaxStartedCommands {
+		r.ring = append(r.ring, cid)
+	} else {
+		delete(r.ids, r.ring[r.next])
+		r.ring[r.next] = cid
+		r.next = (r.next + 1) % len(r.ring)
+	}
+	r.ids[cid] = struct{}{}
+}
+
+func (w *Worker) liveSandboxes() map[string]bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[string]bool, len(w.sandboxes))
+	for id := range w.sandboxes {
+		out[id] = true
+	}
+	return out
+}
+
+// errCommandGone is the attach answer for a command that already ran.
+func errCommandGone(sid, cid string) error {
+	return model.Errorf(agentclient.ErrGone, "command %s already ran in sandbox %s and its record has been dropped "+
+		"(too many newer commands, or the sandbox was rolled back); it is not run again: create a new command", cid, sid)
+}
+
 // ensureProcess starts the command on its first attach and returns its info.
 // Starting first saves a round trip on the common path (the first attach);
-// a re-attach gets a conflict and reads the existing process instead.
-func ensureProcess(ctx context.Context, ac *agentclient.Client, c model.CommandSpec, sandboxEnv map[string]string) (agentapi.ProcessInfo, error) {
+// a re-attach gets a conflict and reads the existing process instead. A
+// command the worker or the agent knows to have run, but that the agent no
+// longer has, is never started again: the attach gets 410 Gone.
+func (w *Worker) ensureProcess(ctx context.Context, ac *agentclient.Client, sid string, c model.CommandSpec, sandboxEnv map[string]string) (agentapi.ProcessInfo, error) {
+	rec := w.started()
+	if rec.has(sid, c.ID) {
+		info, err := ac.GetProcess(ctx, c.ID)
+		if errors.Is(err, model.ErrNotFound) {
+			return info, errCommandGone(sid, c.ID)
+		}
+		if err != nil {
+			return info, fmt.Errorf("process %s: %w", c.ID, err)
+		}
+		return info, nil
+	}
+	info, err := startProcess(ctx, ac, c, sandboxEnv)
+	if errors.Is(err, agentclient.ErrGone) {
+		return info, errCommandGone(sid, c.ID)
+	}
+	if err == nil {
+		rec.add(sid, c.ID, w.liveSandboxes)
+	}
+	return info, err
+}
+
+func startProcess(ctx context.Context, ac *agentclient.Client, c model.CommandSpec, sandboxEnv map[string]string) (agentapi.ProcessInfo, error) {
 	env := make(map[string]string, len(sandboxEnv)+len(c.Env))
 	for k, v := range sandboxEnv {
 		env[k] = v
