@@ -16,13 +16,15 @@
 // Per sandbox the driver owns RunDir/<id>/:
 //
 //	state.json   what the driver needs after a worker restart (spec, image, accel, cmdline)
-//	qemu.pid     QEMU's pid (-pidfile); QEMU runs daemonized in its own session
+//	qemu.pid     QEMU's pid (-pidfile); QEMU runs in its own session, confined
+//	             (seccomp, -runas airlock-qemu, its own cgroup: confine.go)
 //	qmp.sock     QMP (stop/cont/query-status/migrate)
 //	agent.sock   the agent channel (chardev socket, QEMU listens)
 //	disk.ext4    the writable disk (sparse)
 //	mem.ram      guest RAM (memory-backend-file, share=on) so that a suspend
 //	             migrates device state only (x-ignore-shared)
-//	serial.log   the guest console; qemu.log QEMU's own messages
+//	serial.log   the guest console; qemu.log QEMU's own messages (both cut
+//	             at 1 MiB, the tail kept in <file>.1: internal/logcap)
 //
 // and the network namespace airlock-<id> QEMU runs in (only lo for now: the
 // guest has no network device). Delete releases all of it, also after a
@@ -39,6 +41,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,6 +49,8 @@ import (
 	"time"
 
 	"github.com/airlock/airlock/internal/agent"
+	"github.com/airlock/airlock/internal/cgroup"
+	"github.com/airlock/airlock/internal/logcap"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/runtime"
 	"github.com/airlock/airlock/internal/setup"
@@ -70,6 +75,11 @@ type Config struct {
 	DiskMiB  int              // size of each sandbox's writable disk (sparse); default 4096
 	// ProbeTimeout bounds the KVM probe boot (default 5 s; a real KVM host boots it in well under one).
 	ProbeTimeout time.Duration
+	// User is the unprivileged user QEMU drops to (-runas) once it has
+	// opened its files; default airlock-qemu, created if missing.
+	User string
+	// CgroupParent is the parent of every VM's cgroup (qemu-<id>); default /airlock.
+	CgroupParent string
 	Logger       *slog.Logger
 }
 
@@ -80,6 +90,10 @@ type Driver struct {
 
 	accelOnce sync.Once
 	accel     string
+
+	// cg is the host's cgroup layout, cgErr why none was found.
+	cg    cgroup.Hierarchy
+	cgErr error
 
 	mu     sync.Mutex
 	locks  map[string]*sync.Mutex
@@ -106,6 +120,15 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.User == "" {
+		cfg.User = DefaultUser
+	}
+	if cfg.CgroupParent == "" {
+		cfg.CgroupParent = DefaultCgroupParent
+	}
+	if !filepath.IsAbs(cfg.CgroupParent) || cfg.CgroupParent == "/" {
+		return nil, fmt.Errorf("qemu config: cgroup parent %q must be an absolute path other than /: %w", cfg.CgroupParent, model.ErrInvalid)
+	}
 	switch cfg.Accel {
 	case AccelAuto, AccelKVM, AccelTCG:
 	default:
@@ -124,7 +147,15 @@ func New(cfg Config) (*Driver, error) {
 	if err := os.MkdirAll(cfg.RunDir, 0o700); err != nil {
 		return nil, fmt.Errorf("qemu config: %w", err)
 	}
-	return &Driver{cfg: cfg, log: cfg.Logger, locks: map[string]*sync.Mutex{}, images: map[string]string{}}, nil
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, _, err := setup.EnsureSystemUser(ctx, cfg.User); err != nil {
+		return nil, fmt.Errorf("qemu config: QEMU runs as user %s: %w", cfg.User, err)
+	}
+	d := &Driver{cfg: cfg, log: cfg.Logger, locks: map[string]*sync.Mutex{}, images: map[string]string{}}
+	d.cg, d.cgErr = cgroup.Detect(cgroup.DefaultRoot)
+	go d.capLogs()
+	return d, nil
 }
 
 func (d *Driver) Name() string { return Name }
@@ -412,25 +443,13 @@ func (d *Driver) boot(ctx context.Context, st state, snapshot string) (*sandbox,
 			return nil, fmt.Errorf("ip %s: %w: %s", strings.Join(c, " "), err, bytes.TrimSpace(out))
 		}
 	}
-	args := append([]string{"netns", "exec", ns, d.cfg.Assets.QEMU}, d.qemuArgs(st, dir)...)
+	args := d.qemuArgs(st, dir)
 	if snapshot != "" {
 		args = append(args, "-incoming", "defer")
 	}
-	logf, err := os.OpenFile(filepath.Join(dir, "qemu.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
+	// Confined (confine.go): seccomp, an unprivileged user, its own cgroup.
+	if err := d.launch(ctx, st, dir, args); err != nil {
 		return nil, err
-	}
-	defer logf.Close()
-	cmd := exec.CommandContext(ctx, "ip", args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// QEMU daemonizes into its own session: it outlives the worker.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Run(); err != nil {
-		b, _ := os.ReadFile(filepath.Join(dir, "qemu.log"))
-		return nil, fmt.Errorf("run qemu: %w: %s", err, bytes.TrimSpace(b))
-	}
-	if _, ok := d.pid(st.ID); !ok {
-		return nil, errors.New("qemu exited right after start")
 	}
 	return d.handle(st.ID), nil
 }
@@ -453,10 +472,13 @@ func (d *Driver) qemuArgs(st state, dir string) []string {
 		"-object", fmt.Sprintf("memory-backend-file,id=mem0,size=%dM,mem-path=%s,share=on", mem, p("mem.ram")),
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
 		"-kernel", d.cfg.Assets.Kernel, "-initrd", d.cfg.Assets.Initrd, "-append", st.Append,
-		"-serial", "file:"+p("serial.log"),
+		// append=on (O_APPEND): the driver cuts the file (logcap) and QEMU
+		// goes on writing at its new end.
+		"-chardev", "file,id=console,path="+p("serial.log")+",append=on",
+		"-serial", "chardev:console",
 		"-drive", "id=tmpl,file="+st.Image+",format=raw,if=none,readonly=on",
 		"-device", "virtio-blk-device,drive=tmpl,serial="+agent.VMTemplateSerial,
-		"-drive", "id=disk,file="+p("disk.ext4")+",format=raw,if=none,discard=unmap",
+		"-drive", "id=disk,file="+p("disk.ext4")+",format=raw,if=none,discard=unmap,file.auto-read-only=off",
 		"-device", "virtio-blk-device,drive=disk,serial="+agent.VMDiskSerial,
 		"-netdev", "tap,id=net0,ifname="+tapName+",script=no,downscript=no",
 		"-device", "virtio-net-device,netdev=net0,mac="+guestMAC,
@@ -466,9 +488,9 @@ func (d *Driver) qemuArgs(st state, dir string) []string {
 		"-object", "rng-random,id=rng0,filename=/dev/urandom",
 		"-device", "virtio-rng-device,rng=rng0",
 		"-qmp", "unix:"+p("qmp.sock")+",server=on,wait=off",
-		"-pidfile", p("qemu.pid"), "-daemonize",
+		"-pidfile", p("qemu.pid"),
 	)
-	return args
+	return append(args, d.confineArgs()...)
 }
 
 // guestOverheadMiB is RAM the guest kernel reserves (kernel image, memmap):
@@ -516,6 +538,11 @@ func (d *Driver) processesOf(id string) []int {
 			continue
 		}
 		if d.isOurs(pid, id) {
+			pids = append(pids, pid)
+		}
+	}
+	for _, pid := range d.cgroupPids(id) {
+		if !slices.Contains(pids, pid) && pid != os.Getpid() {
 			pids = append(pids, pid)
 		}
 	}
@@ -576,6 +603,9 @@ func (d *Driver) deleteLocked(ctx context.Context, id string) error {
 		if out, err := exec.CommandContext(ctx, "ip", "netns", "del", ns).CombinedOutput(); err != nil {
 			errs = append(errs, fmt.Errorf("qemu delete %s: ip netns del: %w: %s", id, err, bytes.TrimSpace(out)))
 		}
+	}
+	if err := d.removeCgroup(id); err != nil {
+		errs = append(errs, fmt.Errorf("qemu delete %s: %w", id, err))
 	}
 	if err := os.RemoveAll(d.dir(id)); err != nil {
 		errs = append(errs, fmt.Errorf("qemu delete %s: %w", id, err))
@@ -683,23 +713,19 @@ func (d *Driver) StopReason(id string) string {
 	if _, err := os.Lstat(dir); err != nil {
 		return ""
 	}
-	serial, _ := os.ReadFile(filepath.Join(dir, "serial.log"))
-	if i := bytes.Index(serial, []byte("Kernel panic - not syncing: ")); i >= 0 {
-		line := serial[i+len("Kernel panic - not syncing: "):]
-		if j := bytes.IndexByte(line, '\n'); j >= 0 {
-			line = line[:j]
-		}
-		return "guest kernel panic: " + strings.TrimSpace(string(line))
+	// Only the tail, cut lines: the console is the guest's to write.
+	d.capLogsOf(id)
+	serial := logcap.Tail(filepath.Join(dir, "serial.log"), reasonScan)
+	const panicMark = "Kernel panic - not syncing: "
+	if i := bytes.LastIndex(serial, []byte(panicMark)); i >= 0 {
+		return "guest kernel panic: " + strings.TrimSuffix(cutLine(serial, i+len(panicMark)), " ]---")
 	}
 	if i := bytes.LastIndex(serial, []byte("vm init failed")); i >= 0 {
-		line := serial[i:]
-		if j := bytes.IndexByte(line, '\n'); j >= 0 {
-			line = line[:j]
-		}
-		return "guest " + strings.TrimSpace(string(line))
+		return "guest " + cutLine(serial, i)
 	}
-	if b, _ := os.ReadFile(filepath.Join(dir, "qemu.log")); len(bytes.TrimSpace(b)) > 0 {
-		return "qemu exited: " + lastLine(string(b))
+	if b := bytes.TrimSpace(logcap.Tail(filepath.Join(dir, "qemu.log"), 4096)); len(b) > 0 {
+		i := bytes.LastIndexByte(b, '\n') + 1
+		return "qemu exited: " + cutLine(b, i)
 	}
 	return "qemu exited"
 }

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 )
 
@@ -14,13 +16,17 @@ import (
 // (QEMU serves one client at a time; callers hold the sandbox lock) and
 // decodes its "return" into out when out is not nil.
 func (d *Driver) qmp(ctx context.Context, id, cmd string, args any, out any) error {
-	return d.qmpSeq(ctx, id, []qmpCmd{{cmd, args, out}})
+	return d.qmpSeq(ctx, id, []qmpCmd{{name: cmd, args: args, out: out}})
 }
 
 type qmpCmd struct {
 	name string
 	args any
 	out  any
+	// fd, when set, travels with the command (SCM_RIGHTS), as "getfd"
+	// needs: QEMU runs with spawn=deny and as an unprivileged user, so it
+	// can neither exec a helper nor open the snapshot files itself.
+	fd *os.File
 }
 
 func (d *Driver) qmpSeq(ctx context.Context, id string, cmds []qmpCmd) error {
@@ -51,7 +57,19 @@ func (d *Driver) qmpSeq(ctx context.Context, id string, cmds []qmpCmd) error {
 		if q.args != nil {
 			req["arguments"] = q.args
 		}
-		if err := enc.Encode(req); err != nil {
+		if q.fd != nil {
+			b, err := json.Marshal(req)
+			if err != nil {
+				return fmt.Errorf("qmp %s: %w", q.name, err)
+			}
+			uc, ok := c.(*net.UnixConn)
+			if !ok {
+				return fmt.Errorf("qmp %s: not a unix socket", q.name)
+			}
+			if _, _, err := uc.WriteMsgUnix(append(b, '\n'), syscall.UnixRights(int(q.fd.Fd())), nil); err != nil {
+				return fmt.Errorf("qmp %s: %w", q.name, err)
+			}
+		} else if err := enc.Encode(req); err != nil {
 			return fmt.Errorf("qmp %s: %w", q.name, err)
 		}
 		for {

@@ -16,9 +16,12 @@ import (
 // A snapshot directory holds:
 //
 //	qemu.json   the machine description a restore must match (memory, vCPUs, accel, cmdline, image)
-//	state.bin   device state (QMP migrate to exec:cat, x-ignore-shared: guest RAM is not in it)
+//	state.bin   device state (QMP migrate to a descriptor the worker passes, x-ignore-shared: guest RAM is not in it)
 //	mem.ram     guest RAM (the memory-backend-file, copied sparse)
 //	disk.ext4   the writable disk (copied sparse)
+
+// migrateFD names the state.bin descriptor handed to QEMU for a migration.
+const migrateFD = "airlock-state"
 
 // Checkpoint stops the guest, migrates its device state into dir and copies
 // its RAM file and disk. With leaveRunning a guest that was running
@@ -54,10 +57,19 @@ func (d *Driver) checkpoint(ctx context.Context, st state, dir string) error {
 	if strings.ContainsAny(dir, "'\n") {
 		return fmt.Errorf("snapshot dir %q: %w", dir, model.ErrInvalid)
 	}
-	err := d.qmpSeq(ctx, st.ID, []qmpCmd{
+	// The device state goes to a file the worker opens and hands to QEMU
+	// (getfd): the confined QEMU may not exec (spawn=deny) and, running as
+	// an unprivileged user, could not open the snapshot dir anyway.
+	f, err := os.OpenFile(filepath.Join(dir, "state.bin"), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	err = d.qmpSeq(ctx, st.ID, []qmpCmd{
 		{name: "stop"},
 		{name: "migrate-set-capabilities", args: ignoreShared},
-		{name: "migrate", args: map[string]any{"uri": "exec:cat > '" + filepath.Join(dir, "state.bin") + "'"}},
+		{name: "getfd", args: map[string]any{"fdname": migrateFD}, fd: f},
+		{name: "migrate", args: map[string]any{"uri": "fd:" + migrateFD}},
 	})
 	if err != nil {
 		return err
@@ -127,9 +139,15 @@ func (d *Driver) restore(ctx context.Context, st state, dir string) (*sandbox, e
 	if err != nil {
 		return nil, err
 	}
+	f, err := os.Open(filepath.Join(dir, "state.bin"))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
 	err = d.qmpSeq(ctx, st.ID, []qmpCmd{
 		{name: "migrate-set-capabilities", args: ignoreShared},
-		{name: "migrate-incoming", args: map[string]any{"uri": "exec:cat '" + filepath.Join(dir, "state.bin") + "'"}},
+		{name: "getfd", args: map[string]any{"fdname": migrateFD}, fd: f},
+		{name: "migrate-incoming", args: map[string]any{"uri": "fd:" + migrateFD}},
 	})
 	if err != nil {
 		return nil, err
