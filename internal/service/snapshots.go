@@ -320,7 +320,7 @@ func (s *Service) signArchive(ctx context.Context, archive io.Reader, size int64
 	}
 	h, err := snapshot.ReadHead(archive)
 	if err != nil {
-		return nil, 0, fmt.Errorf("the worker's archive: %w", err)
+		return nil, 0, model.Errorf(model.ErrUnavailable, "the worker's archive does not start as a checkpoint archive does: %v", err)
 	}
 	signed, extra, err := h.Signed(snapshot.Sign(key, h.ManifestBytes))
 	if err != nil {
