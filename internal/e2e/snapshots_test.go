@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -18,6 +21,7 @@ import (
 	"github.com/airlock/airlock/internal/client"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/service"
+	"github.com/airlock/airlock/internal/snapshot"
 )
 
 // TestCheckpointRollbackForkExport drives the snapshot features end to end
@@ -30,14 +34,21 @@ func TestCheckpointRollbackForkExport(t *testing.T) {
 	st := need(t)
 	c := st.client()
 	ctx := ctxT(t, 15*time.Minute)
-	setGate := func(on bool) {
+	setFeatures := func(fs ...string) {
 		t.Helper()
-		fs := []string{}
-		if on {
-			fs = []string{model.FeatureSnapshots}
+		if fs == nil {
+			fs = []string{}
 		}
 		if _, err := c.UpdateOrg(ctx, service.DefaultOrgID, client.UpdateOrgRequest{Features: &fs}); err != nil {
-			t.Fatalf("set feature gate: %v", err)
+			t.Fatalf("set feature gates %v: %v", fs, err)
+		}
+	}
+	setGate := func(on bool) {
+		t.Helper()
+		if on {
+			setFeatures(model.FeatureSnapshots)
+		} else {
+			setFeatures()
 		}
 	}
 	setGate(false)
@@ -186,7 +197,33 @@ func TestCheckpointRollbackForkExport(t *testing.T) {
 	_, err = c.ExportCheckpoint(ctx, sb.ID, "nope", io.Discard)
 	wantStatus(t, "export of a missing checkpoint", err, http.StatusNotFound, "no checkpoint")
 
+	// The archive is signed by this installation: manifest.json, then
+	// manifest.json.sig, then the artifacts.
+	if names := tarNames(t, archive.Bytes()); len(names) < 3 || names[0] != snapshot.ManifestFile || names[1] != snapshot.SignatureFile {
+		t.Fatalf("exported archive entries %v, want %s, %s, artifacts", names, snapshot.ManifestFile, snapshot.SignatureFile)
+	}
+
 	before := countSandboxes(t, ctx, c)
+	// Attacks on where an archive comes from (security review M5): the
+	// artifact list changed and re-signed with another key, the signature
+	// stripped; a manifest that is not first; a meta-header flood (M1).
+	tamper := func(m *snapshot.Manifest) { m.Artifacts[0].SHA256 = strings.Repeat("ab", 32) }
+	foreign := rewriteArchive(t, archive.Bytes(), tamper, []byte("another installation's key......"))
+	unsigned := rewriteArchive(t, archive.Bytes(), nil, nil)
+	_, _, err = c.ImportSandbox(ctx, client.CreateSandboxRequest{}, bytes.NewReader(foreign))
+	wantStatus(t, "tampered archive signed with another key", err, http.StatusUnprocessableEntity, "not exported by this installation or was modified")
+	_, _, err = c.ImportSandbox(ctx, client.CreateSandboxRequest{}, bytes.NewReader(unsigned))
+	wantStatus(t, "unsigned archive", err, http.StatusUnprocessableEntity, `"unsigned_imports" feature gate`)
+	_, _, err = c.ImportSandbox(ctx, client.CreateSandboxRequest{}, bytes.NewReader(rewriteArchive(t, archive.Bytes(), func(m *snapshot.Manifest) { m.Name = "../" + strings.Repeat("x", 4096) }, nil)))
+	wantStatus(t, "unsigned archive with a bad name", err, http.StatusUnprocessableEntity, `"unsigned_imports" feature gate`)
+	_, _, err = c.ImportSandbox(ctx, client.CreateSandboxRequest{}, io.MultiReader(bytes.NewReader(tarNoEnd(t, "pages.img", []byte("x"))), bytes.NewReader(archive.Bytes())))
+	wantStatus(t, "manifest not first", err, http.StatusUnprocessableEntity, `first entry is "pages.img"`)
+	flood := &metaFlood{}
+	_, _, err = c.ImportSandbox(ctx, client.CreateSandboxRequest{}, io.LimitReader(flood, 256<<20))
+	wantStatus(t, "meta-header flood", err, http.StatusUnprocessableEntity, "first entries take more than")
+	if flood.n >= 256<<20 {
+		t.Fatalf("the server read the whole meta-header flood (%d bytes) before refusing it", flood.n)
+	}
 	bad := bytes.Clone(archive.Bytes())
 	bad[len(bad)/2] ^= 0xff // inside an artifact: its sha256 no longer matches
 	_, _, err = c.ImportSandbox(ctx, client.CreateSandboxRequest{}, bytes.NewReader(bad))
@@ -221,6 +258,35 @@ func TestCheckpointRollbackForkExport(t *testing.T) {
 		t.Fatalf("imported sandbox's checkpoints = %+v, %v", icps, err)
 	}
 
+	// An org the operator trusts with unsigned_imports imports the
+	// unsigned archive, but still not a tampered or foreign-signed one, nor
+	// one whose checkpoint name breaks the naming rule.
+	setFeatures(model.FeatureSnapshots, model.FeatureUnsignedImports)
+	_, _, err = c.ImportSandbox(ctx, client.CreateSandboxRequest{}, bytes.NewReader(foreign))
+	wantStatus(t, "trusted org, tampered archive signed with another key", err, http.StatusUnprocessableEntity, "not exported by this installation or was modified")
+	_, _, err = c.ImportSandbox(ctx, client.CreateSandboxRequest{}, bytes.NewReader(rewriteArchive(t, archive.Bytes(), func(m *snapshot.Manifest) { m.Name = "../" + strings.Repeat("x", 4096) }, nil)))
+	wantStatus(t, "trusted org, bad checkpoint name", err, http.StatusUnprocessableEntity, "checkpoint name")
+	_, _, err = c.ImportSandbox(ctx, client.CreateSandboxRequest{}, bytes.NewReader(rewriteArchive(t, archive.Bytes(), func(m *snapshot.Manifest) { m.Template = "a/b" }, nil)))
+	wantStatus(t, "trusted org, bad template reference", err, http.StatusUnprocessableEntity, "template")
+	usb, uop, err := c.ImportSandbox(ctx, client.CreateSandboxRequest{}, bytes.NewReader(unsigned))
+	if err != nil {
+		t.Fatalf("trusted org, unsigned archive: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if op, err := c.DeleteSandbox(ctx, usb.ID); err == nil {
+			c.WaitOperation(ctx, op.ID)
+		}
+	})
+	if _, err := c.WaitOperation(ctx, uop.ID); err != nil {
+		t.Fatalf("import of the unsigned archive: %v", err)
+	}
+	if r := sh(t, c, usb.ID, "cat state.txt"); strings.TrimSpace(r.stdout) != "one" {
+		t.Fatalf("sandbox imported from the unsigned archive sees %q", r.stdout)
+	}
+	setFeatures(model.FeatureSnapshots)
+
 	// Deleting the source removes its checkpoints; its forks run on.
 	op, err = c.DeleteSandbox(ctx, sb.ID)
 	if err != nil {
@@ -254,4 +320,109 @@ func countSandboxes(t *testing.T, ctx context.Context, c *client.Client) int {
 		t.Fatal(err)
 	}
 	return len(page.Sandboxes)
+}
+
+// tarNames lists the entries of a tar archive.
+func tarNames(t *testing.T, archive []byte) []string {
+	t.Helper()
+	var names []string
+	tr := tar.NewReader(bytes.NewReader(archive))
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return names
+		}
+		if err != nil {
+			t.Fatalf("read archive: %v", err)
+		}
+		names = append(names, h.Name)
+	}
+}
+
+// rewriteArchive rewrites an exported archive: its manifest changed by edit
+// (nil: unchanged), signed with key (nil: no signature entry), the
+// artifacts as they were.
+func rewriteArchive(t *testing.T, archive []byte, edit func(*snapshot.Manifest), key []byte) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	tw := tar.NewWriter(&out)
+	tr := tar.NewReader(bytes.NewReader(archive))
+	for i := 0; ; i++ {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("read archive: %v", err)
+		}
+		switch {
+		case h.Name == snapshot.SignatureFile:
+			continue
+		case h.Name == snapshot.ManifestFile && i == 0:
+			data, _ := io.ReadAll(tr)
+			if edit != nil {
+				var m snapshot.Manifest
+				if err := json.Unmarshal(data, &m); err != nil {
+					t.Fatal(err)
+				}
+				edit(&m)
+				data, _ = json.Marshal(m)
+			}
+			tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: snapshot.ManifestFile, Size: int64(len(data)), Mode: 0o600})
+			tw.Write(data)
+			if key != nil {
+				sig := snapshot.Sign(key, data)
+				tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: snapshot.SignatureFile, Size: int64(len(sig)), Mode: 0o600})
+				tw.Write(sig)
+			}
+			continue
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.Copy(tw, tr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tw.Close()
+	return out.Bytes()
+}
+
+// tarNoEnd is a tar stream of one regular file, without the end marker.
+func tarNoEnd(t *testing.T, name string, body []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Size: int64(len(body)), Mode: 0o600})
+	tw.Write(body)
+	tw.Flush()
+	return buf.Bytes()
+}
+
+// metaFlood yields tar meta headers without end, alternating GNU
+// long-name ('L') and PAX ('x') headers of size 0: archive/tar's Next
+// skips them all while it looks for a real entry.
+type metaFlood struct{ n int64 }
+
+func (f *metaFlood) Read(p []byte) (int, error) {
+	var blk [2][512]byte
+	for i, typ := range []byte{tar.TypeGNULongName, tar.TypeXHeader} {
+		b := &blk[i]
+		copy(b[0:], "././@LongLink")
+		copy(b[100:], "0000644\x000000000\x000000000\x0000000000000\x0000000000000\x00")
+		b[156] = typ
+		copy(b[257:], map[byte]string{tar.TypeGNULongName: "ustar  \x00", tar.TypeXHeader: "ustar\x0000"}[typ])
+		copy(b[148:156], "        ")
+		sum := 0
+		for _, c := range b {
+			sum += int(c)
+		}
+		copy(b[148:], fmt.Sprintf("%06o\x00 ", sum))
+	}
+	n := 0
+	for len(p) > 0 {
+		c := copy(p, blk[(f.n/512)%2][f.n%512:])
+		p, n, f.n = p[c:], n+c, f.n+int64(c)
+	}
+	return n, nil
 }
