@@ -32,12 +32,16 @@ type Options struct {
 	Logger *slog.Logger
 	// KeepAlive is the interval of SSE keep-alive comments (0: 15 s).
 	KeepAlive time.Duration
+	// MaxStreamsPerKey caps the SSE event streams one API key holds open
+	// at once (0: DefaultMaxStreamsPerKey); one more gets 429.
+	MaxStreamsPerKey int
 }
 
 type server struct {
 	svc       *service.Service
 	log       *slog.Logger
 	keepAlive time.Duration
+	streams   streamCounter
 }
 
 // route is one endpoint. auth=false routes are public.
@@ -85,7 +89,10 @@ var routes = []route{
 
 // New returns the handler of the native API.
 func New(svc *service.Service, opts Options) http.Handler {
-	s := &server{svc: svc, log: opts.Logger, keepAlive: opts.KeepAlive}
+	s := &server{svc: svc, log: opts.Logger, keepAlive: opts.KeepAlive, streams: streamCounter{max: opts.MaxStreamsPerKey}}
+	if s.streams.max <= 0 {
+		s.streams.max = DefaultMaxStreamsPerKey
+	}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

@@ -22,10 +22,12 @@ const (
 )
 
 // Log publishes events. Waiters use Changed() to learn that new events (or
-// any state change) may exist.
+// any state change) may exist; SSE streams Subscribe to the one fan-out
+// instead of each reading the store per wake-up.
 type Log struct {
 	Store store.Store
 	bc    notify.Broadcaster
+	feed  feed // the one fan-out to SSE streams (Subscribe)
 }
 
 // New returns a Log over st.
@@ -37,8 +39,11 @@ func (l *Log) Changed() <-chan struct{} { return l.bc.C() }
 // Wake wakes waiters without writing an event (e.g. a worker heartbeat).
 func (l *Log) Wake() { l.bc.Notify() }
 
-// Sandbox records sb's current state.
+// Sandbox records sb's current state, without its env: the log is kept
+// and served to every stream of the org, and env values are often secrets
+// (GET /v1/sandboxes/{id} has them).
 func (l *Log) Sandbox(ctx context.Context, sb model.Sandbox) error {
+	sb.Env = nil
 	return l.append(ctx, model.Event{OrgID: sb.OrgID, SandboxID: sb.ID, Type: TypeSandbox}, sb)
 }
 
@@ -54,9 +59,11 @@ func (l *Log) append(ctx context.Context, ev model.Event, v any) error {
 	}
 	ev.Data = data
 	ev.Time = time.Now().UTC()
-	if _, err := l.Store.AppendEvent(ctx, ev); err != nil {
+	got, err := l.Store.AppendEvent(ctx, ev)
+	if err != nil {
 		return fmt.Errorf("events: append %s: %w", ev.Type, err)
 	}
+	l.appended(got.Seq)
 	l.bc.Notify()
 	return nil
 }
