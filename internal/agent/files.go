@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"syscall"
 
@@ -256,7 +257,19 @@ func (a *Agent) handleListDir(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	fi, err := os.Stat(path)
+	limit, err := pageLimit(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	after := r.URL.Query().Get("after")
+	d, err := os.Open(path)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer d.Close()
+	fi, err := d.Stat()
 	if err != nil {
 		writeError(w, err)
 		return
@@ -265,21 +278,31 @@ func (a *Agent) handleListDir(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errorf(errInvalid, "%s is not a directory", path))
 		return
 	}
-	entries, err := os.ReadDir(path) // sorted by name
+	names, err := d.Readdirnames(-1)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	sort.Strings(names)
+	i := sort.SearchStrings(names, after)
+	if i < len(names) && names[i] == after {
+		i++
+	}
+	names = names[i:]
 	db := a.users()
-	out := make([]agentapi.FileInfo, 0, len(entries))
-	for _, e := range entries {
-		efi, err := e.Info()
+	out := make([]agentapi.FileInfo, 0, min(len(names), limit+1))
+	for _, n := range names {
+		if len(out) > limit {
+			break // one more tells whether a next page exists
+		}
+		p := filepath.Join(path, n)
+		efi, err := os.Lstat(p)
 		if err != nil {
 			continue // removed meanwhile
 		}
-		out = append(out, a.fileInfo(db, filepath.Join(path, e.Name()), efi))
+		out = append(out, a.fileInfo(db, p, efi))
 	}
-	writeJSON(w, http.StatusOK, out)
+	writePage(w, out, limit, func(fi agentapi.FileInfo) string { return fi.Name })
 }
 
 func (a *Agent) handleMkdir(w http.ResponseWriter, r *http.Request) {

@@ -258,15 +258,25 @@ func (p *process) signal(sig syscall.Signal) error {
 	p.mu.Unlock()
 	if sig == syscall.SIGKILL || leaderGone {
 		if sig != syscall.SIGKILL {
-			_ = signalTree(pid, p.pipes, sig)
+			_ = signalTree(pid, p.openOutput, sig)
 		}
 		p.killAll()
 		return nil
 	}
-	if err := signalTree(pid, p.pipes, sig); err != nil {
+	if err := signalTree(pid, p.openOutput, sig); err != nil {
 		return fmt.Errorf("signal process group %d: %w", pid, err)
 	}
 	return nil
+}
+
+// openOutput returns the inodes of the output pipes while one is open.
+func (p *process) openOutput() []uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.openPipes == 0 {
+		return nil
+	}
+	return p.pipes
 }
 
 // killAll kills every process of the command until none is left; one call
@@ -279,7 +289,7 @@ func (p *process) killAll() {
 	}
 	p.killing = true
 	p.mu.Unlock()
-	gone := killTree(p.pid, p.pipes)
+	gone := killTree(p.pid, p.openOutput)
 	p.mu.Lock()
 	p.killing = false
 	p.mu.Unlock()
@@ -644,23 +654,63 @@ func (a *Agent) handleStart(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Agent) handleList(w http.ResponseWriter, r *http.Request) {
+	limit, err := pageLimit(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var after processCursor
+	if c := r.URL.Query().Get("after"); c != "" {
+		if after, err = parseProcessCursor(c); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
 	a.mu.Lock()
 	ps := make([]*process, 0, len(a.procs))
 	for _, p := range a.procs {
-		ps = append(ps, p)
+		if after.id == "" || after.before(p.started, p.id) {
+			ps = append(ps, p)
+		}
 	}
 	a.mu.Unlock()
+	sort.Slice(ps, func(i, j int) bool {
+		if !ps[i].started.Equal(ps[j].started) {
+			return ps[i].started.Before(ps[j].started)
+		}
+		return ps[i].id < ps[j].id
+	})
+	if len(ps) > limit+1 {
+		ps = ps[:limit+1] // one more tells whether a next page exists
+	}
 	out := make([]agentapi.ProcessInfo, 0, len(ps))
 	for _, p := range ps {
 		out = append(out, p.info())
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if !out[i].StartedAt.Equal(out[j].StartedAt) {
-			return out[i].StartedAt.Before(out[j].StartedAt)
-		}
-		return out[i].ID < out[j].ID
+	writePage(w, out, limit, func(pi agentapi.ProcessInfo) string {
+		return strconv.FormatInt(pi.StartedAt.UnixNano(), 10) + ":" + pi.ID
 	})
-	writeJSON(w, http.StatusOK, out)
+}
+
+// processCursor is a position in the process list: (start time, id).
+type processCursor struct {
+	started int64
+	id      string
+}
+
+func parseProcessCursor(s string) (processCursor, error) {
+	ns, id, ok := strings.Cut(s, ":")
+	n, err := strconv.ParseInt(ns, 10, 64)
+	if !ok || err != nil || id == "" {
+		return processCursor{}, errorf(errInvalid, "cursor %q is not one this agent handed out", s)
+	}
+	return processCursor{started: n, id: id}, nil
+}
+
+// before reports whether the cursor sorts before the process (started, id).
+func (c processCursor) before(started time.Time, id string) bool {
+	n := started.UnixNano()
+	return c.started < n || (c.started == n && c.id < id)
 }
 
 func (a *Agent) handleGet(w http.ResponseWriter, r *http.Request) {

@@ -122,7 +122,11 @@ func pipeInode(f *os.File) uint64 {
 // child being forked meanwhile), then each other member found by treeScan
 // (in another group of the session, or holding the output) once, rescanning
 // until a scan finds none that has not had it.
-func signalTree(sid int, pipes []uint64, sig syscall.Signal) error {
+//
+// pipes returns the output pipes to look for, nil once they are closed
+// (looking for their holders reads every process's fds, so it is skipped
+// when it cannot matter).
+func signalTree(sid int, pipes func() []uint64, sig syscall.Signal) error {
 	err := syscall.Kill(-sid, sig)
 	if err == syscall.ESRCH {
 		err = nil
@@ -130,7 +134,7 @@ func signalTree(sid int, pipes []uint64, sig syscall.Signal) error {
 	sent := map[int]bool{}
 	for {
 		fresh := 0
-		for pid, inGroup := range treeScan(sid, pipes) {
+		for pid, inGroup := range treeScan(sid, pipes()) {
 			if inGroup || sent[pid] {
 				continue
 			}
@@ -151,12 +155,15 @@ const killTreeLimit = time.Minute
 // killTree SIGKILLs every process of the command until none is left alive
 // (a process with a pending SIGKILL cannot fork, so this ends). It reports
 // whether the command is gone.
-func killTree(sid int, pipes []uint64) bool {
+func killTree(sid int, pipes func() []uint64) bool {
 	deadline := time.Now().Add(killTreeLimit)
 	pause := 100 * time.Microsecond
 	for {
 		_ = syscall.Kill(-sid, syscall.SIGKILL)
-		left := treeScan(sid, pipes)
+		left := treeScan(sid, nil)
+		if len(left) == 0 {
+			left = treeScan(sid, pipes()) // the session is empty: anyone else holding the output?
+		}
 		if len(left) == 0 {
 			return true
 		}

@@ -13,7 +13,7 @@
 //
 //	GET    /health                          → Health
 //	POST   /processes          ProcessSpec  → 201 ProcessInfo (started); 409 if the id exists
-//	GET    /processes                       → []ProcessInfo
+//	GET    /processes?limit=N&after=C       → []ProcessInfo, one page (see MaxPageEntries)
 //	GET    /processes/{id}                  → ProcessInfo
 //	GET    /processes/{id}/output?offset=N  → stream of frames (see WriteFrame) from combined
 //	                                          output offset N: the retained output, then live output,
@@ -26,7 +26,7 @@
 //	PUT    /files/content?path=P&mode=0644&owner=user  raw body → 200 FileInfo
 //	                                          (parents created, written to a temp file and renamed)
 //	GET    /files/stat?path=P               → FileInfo (Lstat; 404 if missing)
-//	GET    /files/list?path=P               → []FileInfo
+//	GET    /files/list?path=P&limit=N&after=C → []FileInfo sorted by name, one page
 //	POST   /files/mkdir        Mkdir        → 200 FileInfo (mkdir -p)
 //	POST   /files/move         Move         → 200 FileInfo
 //	DELETE /files?path=P&recursive=1        → 204
@@ -55,6 +55,15 @@ import (
 const (
 	EnvdPrefix  = "/envd"
 	PortsPrefix = "/ports/"
+)
+
+// Pages of the list endpoints: at most MaxPageEntries entries (fewer with
+// ?limit=N) and about MaxPageBytes of JSON (at least one entry). When more
+// remain, the NextCursorHeader of the answer is the ?after= of the next page.
+const (
+	MaxPageEntries   = 1000
+	MaxPageBytes     = 4 << 20
+	NextCursorHeader = "X-Airlock-Next-Cursor"
 )
 
 // Version is the agent protocol version reported by /health.

@@ -134,12 +134,47 @@ func (c *Client) postJSON(ctx context.Context, path string, in, out any) error {
 	return decodeBody(resp, out)
 }
 
+// MaxAnswer bounds a JSON answer of the agent. The guest is not trusted: a
+// longer answer is an error, and reading stops at the bound. (Lists come in
+// pages of at most agentapi.MaxPageBytes, well below it.)
+const MaxAnswer = 16 << 20
+
 func decodeBody(resp *http.Response, out any) error {
 	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+	lr := &io.LimitedReader{R: resp.Body, N: MaxAnswer + 1}
+	err := json.NewDecoder(lr).Decode(out)
+	if lr.N <= 0 {
+		return fmt.Errorf("agent answer to %s exceeds the %d MiB limit of an agent answer; the sandbox's agent is misbehaving",
+			resp.Request.URL.Path, MaxAnswer>>20)
+	}
+	if err != nil {
 		return fmt.Errorf("decode agent answer to %s: %w", resp.Request.URL.Path, err)
 	}
 	return nil
+}
+
+// getPage GETs one page of a list: the answer must fit MaxAnswer; next is
+// the cursor of the following page ("" at the end).
+func (c *Client) getPage(ctx context.Context, path string, q url.Values, out any) (next string, err error) {
+	resp, err := c.do(ctx, http.MethodGet, path, q, nil, -1)
+	if err != nil {
+		return "", err
+	}
+	next = resp.Header.Get(agentapi.NextCursorHeader)
+	return next, decodeBody(resp, out)
+}
+
+func pageQuery(q url.Values, limit int, after string) url.Values {
+	if q == nil {
+		q = url.Values{}
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if after != "" {
+		q.Set("after", after)
+	}
+	return q
 }
 
 // Health calls /health.
@@ -203,11 +238,32 @@ func (c *Client) StartProcess(ctx context.Context, spec agentapi.ProcessSpec) (a
 	return pi, err
 }
 
-// ListProcesses lists every process the agent started.
+// ListProcessesPage lists one page of the agent's processes in start order,
+// at most limit (0: the agent's most, agentapi.MaxPageEntries) after the
+// cursor after ("": from the start). next is the cursor of the following
+// page, "" at the end.
+func (c *Client) ListProcessesPage(ctx context.Context, limit int, after string) (ps []agentapi.ProcessInfo, next string, err error) {
+	next, err = c.getPage(ctx, "/processes", pageQuery(nil, limit, after), &ps)
+	return ps, next, err
+}
+
+// ListProcesses lists every process the agent started, following the pages
+// (it holds the whole list: for tests and tools; the data plane passes
+// pages on instead).
 func (c *Client) ListProcesses(ctx context.Context) ([]agentapi.ProcessInfo, error) {
-	var ps []agentapi.ProcessInfo
-	err := c.getJSON(ctx, "/processes", nil, &ps)
-	return ps, err
+	var all []agentapi.ProcessInfo
+	after := ""
+	for {
+		ps, next, err := c.ListProcessesPage(ctx, 0, after)
+		all = append(all, ps...)
+		if err != nil || next == "" {
+			return all, err
+		}
+		if next == after {
+			return all, fmt.Errorf("agent handed out the same list cursor %q twice", next)
+		}
+		after = next
+	}
 }
 
 // GetProcess describes one process.
@@ -321,11 +377,30 @@ func (c *Client) Stat(ctx context.Context, path string) (agentapi.FileInfo, erro
 	return fi, err
 }
 
-// List lists a directory, sorted by name.
+// ListPage lists one page of a directory sorted by name: at most limit
+// entries (0: agentapi.MaxPageEntries) after the name after. next is the
+// cursor of the following page, "" at the end.
+func (c *Client) ListPage(ctx context.Context, path string, limit int, after string) (fis []agentapi.FileInfo, next string, err error) {
+	next, err = c.getPage(ctx, "/files/list", pageQuery(url.Values{"path": {path}}, limit, after), &fis)
+	return fis, next, err
+}
+
+// List lists a whole directory, sorted by name, following the pages (it
+// holds the whole list: for tests and tools).
 func (c *Client) List(ctx context.Context, path string) ([]agentapi.FileInfo, error) {
-	var fis []agentapi.FileInfo
-	err := c.getJSON(ctx, "/files/list", url.Values{"path": {path}}, &fis)
-	return fis, err
+	var all []agentapi.FileInfo
+	after := ""
+	for {
+		fis, next, err := c.ListPage(ctx, path, 0, after)
+		all = append(all, fis...)
+		if err != nil || next == "" {
+			return all, err
+		}
+		if next == after {
+			return all, fmt.Errorf("agent handed out the same list cursor %q twice", next)
+		}
+		after = next
+	}
 }
 
 // Mkdir creates a directory and its parents.

@@ -494,15 +494,46 @@ func (f *FilesClient) Stat(ctx context.Context, path string) (agentapi.FileInfo,
 	return fi, nil
 }
 
-// List returns the entries of the directory at path.
+// List returns the entries of the directory at path, following the data
+// plane's pages.
 func (f *FilesClient) List(ctx context.Context, path string) ([]agentapi.FileInfo, error) {
+	var all []agentapi.FileInfo
+	cursor := ""
+	for {
+		es, next, err := f.ListPage(ctx, path, 0, cursor)
+		all = append(all, es...)
+		if err != nil {
+			return all, err
+		}
+		if next == "" {
+			return all, nil
+		}
+		if next == cursor {
+			return all, fmt.Errorf("list %s: the data plane handed out the same cursor twice", path)
+		}
+		cursor = next
+	}
+}
+
+// ListPage returns one page of the entries of the directory at path, sorted
+// by name: at most limit (0: the data plane's most, 1000) after cursor ("":
+// from the start). next is the cursor of the following page, "" at the end.
+func (f *FilesClient) ListPage(ctx context.Context, path string, limit int, cursor string) (entries []agentapi.FileInfo, next string, err error) {
+	q := url.Values{"path": {path}}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
 	var out struct {
-		Entries []agentapi.FileInfo `json:"entries"`
+		Entries    []agentapi.FileInfo `json:"entries"`
+		NextCursor string              `json:"next_cursor"`
 	}
-	if err := f.doJSON(ctx, http.MethodGet, "/list", url.Values{"path": {path}}, nil, &out); err != nil {
-		return nil, fmt.Errorf("list %s: %w", path, err)
+	if err := f.doJSON(ctx, http.MethodGet, "/list", q, nil, &out); err != nil {
+		return nil, "", fmt.Errorf("list %s: %w", path, err)
 	}
-	return out.Entries, nil
+	return out.Entries, out.NextCursor, nil
 }
 
 // Mkdir creates path and its parents; mode and owner may be empty.
@@ -537,16 +568,48 @@ func (f *FilesClient) Remove(ctx context.Context, path string, recursive bool) e
 }
 
 // ListCommands lists the sandbox's commands (running and finished) with a
-// files-scoped token.
+// files-scoped token, following the data plane's pages.
 func (f *FilesClient) ListCommands(ctx context.Context) ([]agentapi.ProcessInfo, error) {
+	var all []agentapi.ProcessInfo
+	cursor := ""
+	for {
+		ps, next, err := f.ListCommandsPage(ctx, 0, cursor)
+		all = append(all, ps...)
+		if err != nil {
+			return all, err
+		}
+		if next == "" {
+			return all, nil
+		}
+		if next == cursor {
+			return all, errors.New("list commands: the data plane handed out the same cursor twice")
+		}
+		cursor = next
+	}
+}
+
+// ListCommandsPage lists one page of the sandbox's commands in start order:
+// at most limit (0: the data plane's most, 1000) after cursor ("": from the
+// start). next is the cursor of the following page, "" at the end.
+func (f *FilesClient) ListCommandsPage(ctx context.Context, limit int, cursor string) (cmds []agentapi.ProcessInfo, next string, err error) {
 	u, err := f.endpoint("", nil)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	u = strings.TrimSuffix(u, "/files") + "/commands"
+	q := url.Values{}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return nil, fmt.Errorf("build request: %w", err)
+		return nil, "", fmt.Errorf("build request: %w", err)
 	}
 	req.Header.Set("Authorization", "Bearer "+f.Token)
 	hc := f.HTTP
@@ -555,17 +618,18 @@ func (f *FilesClient) ListCommands(ctx context.Context) ([]agentapi.ProcessInfo,
 	}
 	res, err := hc.Do(req)
 	if err != nil {
-		return nil, model.Errorf(model.ErrUnavailable, "list commands: %v", err)
+		return nil, "", model.Errorf(model.ErrUnavailable, "list commands: %v", err)
 	}
 	defer res.Body.Close()
 	if res.StatusCode/100 != 2 {
-		return nil, fmt.Errorf("list commands: %w", dataPlaneResponseError(res))
+		return nil, "", fmt.Errorf("list commands: %w", dataPlaneResponseError(res))
 	}
 	var out struct {
-		Commands []agentapi.ProcessInfo `json:"commands"`
+		Commands   []agentapi.ProcessInfo `json:"commands"`
+		NextCursor string                 `json:"next_cursor"`
 	}
 	if err := json.NewDecoder(res.Body).Decode(&out); err != nil {
-		return nil, fmt.Errorf("list commands: decode answer: %w", err)
+		return nil, "", fmt.Errorf("list commands: decode answer: %w", err)
 	}
-	return out.Commands, nil
+	return out.Commands, out.NextCursor, nil
 }

@@ -7,14 +7,19 @@ package worker
 //
 //	GET    /healthz                                          → 200
 //	GET    /v1/sandboxes/{sid}/commands/{cid}/attach?offset=N  WebSocket (scope command)
-//	GET    /v1/sandboxes/{sid}/commands                      → {"commands": [agentapi.ProcessInfo]} (scope files)
+//	GET    /v1/sandboxes/{sid}/commands?limit=&cursor=       → {"commands": [agentapi.ProcessInfo], "next_cursor"} (scope files)
 //	GET    /v1/sandboxes/{sid}/files/content?path=P          → raw bytes, Content-Length, X-Airlock-Mode
 //	PUT    /v1/sandboxes/{sid}/files/content?path=P&mode=&owner=  raw body → agentapi.FileInfo
 //	GET    /v1/sandboxes/{sid}/files/stat?path=P             → agentapi.FileInfo
-//	GET    /v1/sandboxes/{sid}/files/list?path=P             → {"entries": [agentapi.FileInfo]}
+//	GET    /v1/sandboxes/{sid}/files/list?path=P&limit=&cursor= → {"entries": [agentapi.FileInfo], "next_cursor"}
 //	POST   /v1/sandboxes/{sid}/files/mkdir  agentapi.Mkdir   → agentapi.FileInfo
 //	POST   /v1/sandboxes/{sid}/files/move   agentapi.Move    → agentapi.FileInfo
 //	DELETE /v1/sandboxes/{sid}/files?path=P&recursive=1      → 204
+//
+// The two lists answer one page each (at most agentapi.MaxPageEntries
+// entries, fewer with ?limit=N, and about agentapi.MaxPageBytes): when more
+// remain, next_cursor is set and ?cursor=<it> asks for the next page. The
+// worker holds one page of what the guest says at a time.
 //
 // Errors are {"error":{"code","message"}} with the HTTP status from
 // writeError, the one place model errors become wire codes.
@@ -197,16 +202,41 @@ func pathParam(r *http.Request) (string, error) {
 	return p, nil
 }
 
+// pageParams reads ?limit= and ?cursor= of a list request.
+func pageParams(r *http.Request) (limit int, cursor string, err error) {
+	q := r.URL.Query()
+	if s := q.Get("limit"); s != "" {
+		if limit, err = strconv.Atoi(s); err != nil || limit <= 0 {
+			return 0, "", model.Errorf(model.ErrInvalid, "limit must be a positive integer (at most %d entries are answered at once)", agentapi.MaxPageEntries)
+		}
+	}
+	return limit, q.Get("cursor"), nil
+}
+
 func (w *Worker) handleListCommands(rw http.ResponseWriter, r *http.Request, ac *agentclient.Client) error {
-	ps, err := ac.ListProcesses(r.Context())
+	limit, cursor, err := pageParams(r)
+	if err != nil {
+		return err
+	}
+	ps, next, err := ac.ListProcessesPage(r.Context(), limit, cursor)
 	if err != nil {
 		return fmt.Errorf("list processes: %w", err)
 	}
 	if ps == nil {
 		ps = []agentapi.ProcessInfo{}
 	}
-	writeJSON(rw, http.StatusOK, map[string]any{"commands": ps})
+	writeJSON(rw, http.StatusOK, listCommandsPage{Commands: ps, NextCursor: next})
 	return nil
+}
+
+type listCommandsPage struct {
+	Commands   []agentapi.ProcessInfo `json:"commands"`
+	NextCursor string                 `json:"next_cursor,omitempty"`
+}
+
+type listEntriesPage struct {
+	Entries    []agentapi.FileInfo `json:"entries"`
+	NextCursor string              `json:"next_cursor,omitempty"`
 }
 
 func (w *Worker) handleRead(rw http.ResponseWriter, r *http.Request, ac *agentclient.Client) error {
@@ -290,14 +320,18 @@ func (w *Worker) handleList(rw http.ResponseWriter, r *http.Request, ac *agentcl
 	if err != nil {
 		return err
 	}
-	es, err := ac.List(r.Context(), p)
+	limit, cursor, err := pageParams(r)
+	if err != nil {
+		return err
+	}
+	es, next, err := ac.ListPage(r.Context(), p, limit, cursor)
 	if err != nil {
 		return fmt.Errorf("list %s: %w", p, err)
 	}
 	if es == nil {
 		es = []agentapi.FileInfo{}
 	}
-	writeJSON(rw, http.StatusOK, map[string]any{"entries": es})
+	writeJSON(rw, http.StatusOK, listEntriesPage{Entries: es, NextCursor: next})
 	return nil
 }
 

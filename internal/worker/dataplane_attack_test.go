@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -71,5 +72,73 @@ func TestLateAttachIsGone(t *testing.T) {
 	}
 	if got := strings.Count(string(b), "once"); got != 1 {
 		t.Fatalf("the command ran %d times, want once", got)
+	}
+}
+
+// TestDataPlaneListsPaged: the data plane answers a directory of 2500
+// entries one page at a time (at most 1000 entries, with next_cursor), so
+// the worker never holds more than a page of what the guest says; the
+// client follows the pages and gets every entry once; commands page the
+// same way. The old data plane answered each list in one piece.
+func TestDataPlaneListsPaged(t *testing.T) {
+	e := newHostEnv(t)
+	ctx := testContext(t)
+	fc := e.files(t)
+	dir := t.TempDir()
+	const nFiles = 2500
+	for i := range nFiles {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%05d", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	es, next, err := fc.ListPage(ctx, dir, 0, "")
+	if err != nil || len(es) != agentapi.MaxPageEntries || next == "" {
+		t.Fatalf("first page: %d entries, next %q, %v; want %d and a cursor", len(es), next, err, agentapi.MaxPageEntries)
+	}
+	all, err := fc.List(ctx, dir)
+	if err != nil || len(all) != nFiles || all[0].Name != "f00000" || all[nFiles-1].Name != fmt.Sprintf("f%05d", nFiles-1) {
+		t.Fatalf("List: %d entries, %v", len(all), err)
+	}
+
+	// Commands, in pages of 10 (the default page of 1000 is the agent's, as
+	// for files above).
+	ac := agentOf(t, e.tw.w, e.sid)
+	const nCmds = 25
+	var ids []string
+	t.Cleanup(func() {
+		for _, id := range ids {
+			_ = ac.Signal(context.Background(), id, "KILL")
+		}
+	})
+	for i := range nCmds {
+		id := fmt.Sprintf("run-%04d", i)
+		if _, err := ac.StartProcess(ctx, agentapi.ProcessSpec{ID: id, User: "root", Cwd: "/", Argv: []string{"sleep", "1000"}}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	seen := map[string]int{}
+	pages := 0
+	for cursor := ""; ; pages++ {
+		ps, next, err := fc.ListCommandsPage(ctx, 10, cursor)
+		if err != nil || len(ps) > 10 {
+			t.Fatalf("page %d: %d commands, %v", pages, len(ps), err)
+		}
+		for _, c := range ps {
+			seen[c.ID]++
+		}
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	for _, id := range ids {
+		if seen[id] != 1 {
+			t.Fatalf("command %s listed %d times", id, seen[id])
+		}
+	}
+	cmds, err := fc.ListCommands(ctx)
+	if err != nil || len(cmds) < nCmds {
+		t.Fatalf("ListCommands: %d, %v", len(cmds), err)
 	}
 }
