@@ -80,6 +80,33 @@ func TestStaticAgentRefusesDynamic(t *testing.T) {
 	}
 }
 
+// TestUpRefusesDynamicAgent runs `airlock up` itself with a cgo-built agent
+// and no source tree at hand: it refuses to start, saying how to build a
+// static agent, before any runtime set-up.
+func TestUpRefusesDynamicAgent(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("SKIP: airlock up needs root (its worker checks before the agent)")
+	}
+	agent := dynamicAgent(t)
+	t.Setenv("AIRLOCK_AGENT", agent)
+	t.Chdir(t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dataDir := t.TempDir()
+	err := up(ctx, []string{"--listen", "127.0.0.1:0", "--data-dir", dataDir, "--log-level", "error"})
+	if err == nil {
+		t.Fatal("airlock up started with a dynamically linked agent")
+	}
+	for _, want := range []string{agent + " is dynamically linked", "must be static", "./scripts/build.sh"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("airlock up: %q does not say %q", err, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dataDir, "bin", "runsc")); err == nil {
+		t.Error("runsc was set up before the agent check")
+	}
+}
+
 // TestStaticAgentRebuildsDynamic: from the source tree, a dynamically
 // linked agent is rebuilt static into the data dir.
 func TestStaticAgentRebuildsDynamic(t *testing.T) {
