@@ -124,12 +124,10 @@ func TestPortsNeedTrafficToken(t *testing.T) {
 	if r := e.port(priv.SandboxID, "e2b-traffic-access-token", *priv.TrafficAccessToken); r.status != 200 {
 		t.Fatalf("E2B private with its token: %d %s; want 200", r.status, r.body)
 	}
-	var detail struct {
-		TrafficAccessToken *string `json:"trafficAccessToken"`
-	}
+	var detail sandboxDetail
 	e.do("GET", "/sandboxes/"+priv.SandboxID, "").json(t, &detail)
-	if detail.TrafficAccessToken == nil || *detail.TrafficAccessToken != *priv.TrafficAccessToken {
-		t.Fatalf("GET /sandboxes/{id} trafficAccessToken %v; want the create's", detail.TrafficAccessToken)
+	if detail.TrafficAccessToken == nil || *detail.TrafficAccessToken != *priv.TrafficAccessToken || detail.Network.AllowPublicTraffic {
+		t.Fatalf("GET /sandboxes/{id} trafficAccessToken %v network %+v; want the create's and allowPublicTraffic false", detail.TrafficAccessToken, detail.Network)
 	}
 	r := e.do("POST", "/sandboxes/"+priv.SandboxID+"/connect", `{"timeout":60}`)
 	var conn sandboxJSON

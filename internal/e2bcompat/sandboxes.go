@@ -82,7 +82,14 @@ type sandboxDetail struct {
 	TrafficAccessToken  *string       `json:"trafficAccessToken"`
 	Domain              *string       `json:"domain"`
 	AllowInternetAccess bool          `json:"allowInternetAccess"`
+	Network             networkJSON   `json:"network"`
 	Lifecycle           lifecycleJSON `json:"lifecycle"`
+}
+
+// networkJSON is E2B's SandboxNetworkConfig: of it Airlock has only
+// allowPublicTraffic.
+type networkJSON struct {
+	AllowPublicTraffic bool `json:"allowPublicTraffic"`
 }
 
 // sandboxMetric is E2B's SandboxMetric.
@@ -426,6 +433,7 @@ func (s *server) get(w http.ResponseWriter, r *http.Request, p service.Principal
 	}
 	writeJSON(w, http.StatusOK, sandboxDetail{
 		listedSandbox: listed(sb), EnvdAccessToken: tok, TrafficAccessToken: traffic,
+		Network: networkJSON{AllowPublicTraffic: sb.PublicTraffic},
 		Lifecycle: lifecycleJSON{OnTimeout: onTimeout},
 	})
 	return nil

@@ -209,6 +209,31 @@ function suite() {
     assert.equal(sbx.getHost(8000), `8000-${sbx.sandboxId}.${sbx.sandboxDomain ?? 'e2b.app'}`)
   })
 
+  test('allowPublicTraffic false: ports need the trafficAccessToken', T, async () => {
+    const priv = await Sandbox.create('base', { network: { allowPublicTraffic: false }, timeoutMs: 5 * 60_000 })
+    try {
+      assert.match(priv.trafficAccessToken ?? '', /^tt_/)
+      assert.equal(sbx.trafficAccessToken, undefined) // E2B's default: public
+      await priv.files.write('/tmp/www/index.html', 'private page')
+      await priv.commands.run('cd /tmp/www && python3 -m http.server 8002', { background: true, timeoutMs: 0 })
+      const hdr = { 'E2b-Sandbox-Id': priv.sandboxId, 'E2b-Sandbox-Port': '8002' }
+      const body = await eventually('the private web server answering', async () => {
+        const res = await fetch(`${apiUrl}/index.html`, { headers: { ...hdr, 'e2b-traffic-access-token': priv.trafficAccessToken } })
+        return res.status === 200 ? res.text() : undefined
+      })
+      assert.equal(body, 'private page')
+      const res = await fetch(`${apiUrl}/index.html`, { headers: hdr })
+      assert.equal(res.status, 401)
+      assert.match((await res.json()).message, /traffic token/)
+      const info = await priv.getInfo()
+      assert.equal(info.network?.allowPublicTraffic, false)
+      const again = await Sandbox.connect(priv.sandboxId)
+      assert.equal(again.trafficAccessToken, priv.trafficAccessToken)
+    } finally {
+      await priv.kill().catch(() => {})
+    }
+  })
+
   test('an upgraded connection (as a WebSocket) to a port in the sandbox', T, async () => {
     await sbx.files.write(
       '/tmp/upgrade_echo.py',
