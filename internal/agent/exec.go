@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"sync/atomic"
@@ -350,4 +352,22 @@ func (a *Agent) WriteFile(path string, body io.Reader, owner string) error {
 func (a *Agent) Move(from, to string) error {
 	_, err := a.move(agentapi.Move{From: from, To: to})
 	return err
+}
+
+// RemoveAll removes path and, for a directory, everything in it, following
+// no symlink a non-root user made in its directories (see safepath.go). A
+// path that does not exist is not an error.
+func (a *Agent) RemoveAll(path string) error {
+	dir, base, err := walker{}.openParent(filepath.Clean(path))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	defer dir.Close()
+	if err := removeAt(dir, base, true); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
 }

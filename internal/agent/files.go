@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock/airlock/internal/agentapi"
 )
@@ -99,38 +102,14 @@ func (a *Agent) stat(db *userDB, path string) (agentapi.FileInfo, error) {
 }
 
 // mkdirAll creates dir and its missing parents with mode, chowning each
-// created directory to u when chown is set.
+// created directory to u when chown is set. It follows only root-owned
+// symlinks (see safepath.go).
 func mkdirAll(dir string, mode fs.FileMode, u user, chown bool) error {
-	fi, err := os.Stat(dir)
-	if err == nil {
-		if fi.IsDir() {
-			return nil
-		}
-		return errorf(errConflict, "%s exists and is not a directory", dir)
-	}
-	if !errors.Is(err, fs.ErrNotExist) {
+	d, err := walker{create: true, mode: mode, u: u, chown: chown}.openDir(dir)
+	if err != nil {
 		return err
 	}
-	if parent := filepath.Dir(dir); parent != dir {
-		if err := mkdirAll(parent, 0o755, u, chown); err != nil {
-			return err
-		}
-	}
-	if err := os.Mkdir(dir, mode); err != nil {
-		if fi, serr := os.Stat(dir); serr == nil && fi.IsDir() {
-			return nil // created concurrently
-		}
-		return err
-	}
-	if err := os.Chmod(dir, mode); err != nil {
-		return err
-	}
-	if chown {
-		if err := os.Lchown(dir, u.UID, u.GID); err != nil {
-			return err
-		}
-	}
-	return nil
+	return d.Close()
 }
 
 func (a *Agent) handleReadFile(w http.ResponseWriter, r *http.Request) {
@@ -192,23 +171,37 @@ func (a *Agent) writeFile(r *http.Request, rawPath, rawMode, ownerName string) (
 	if err != nil {
 		return agentapi.FileInfo{}, err
 	}
-	dir := filepath.Dir(path)
-	if err := mkdirAll(dir, 0o755, u, chown); err != nil {
+	dir, base, err := walker{create: true, mode: 0o755, u: u, chown: chown}.openParent(path)
+	if err != nil {
 		return agentapi.FileInfo{}, fmt.Errorf("create parent directories: %w", err)
 	}
-	if fi, err := os.Lstat(path); err == nil && fi.IsDir() {
+	defer dir.Close()
+	dfd := int(dir.Fd())
+	var st unix.Stat_t
+	if err := unix.Fstatat(dfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		return agentapi.FileInfo{}, errorf(errConflict, "%s is a directory", path)
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".airlock-*")
-	if err != nil {
-		return agentapi.FileInfo{}, fmt.Errorf("create temp file: %w", err)
+	var tmp string
+	var fd int
+	for {
+		tmp = "." + base + ".airlock-" + strconv.FormatUint(rand.Uint64(), 36)
+		if len(tmp) > 255 {
+			tmp = ".airlock-" + strconv.FormatUint(rand.Uint64(), 36)
+		}
+		fd, err = unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if !errors.Is(err, unix.EEXIST) {
+			break
+		}
 	}
-	tmp := f.Name()
+	if err != nil {
+		return agentapi.FileInfo{}, fmt.Errorf("create temp file in %s: %w", dir.Name(), err)
+	}
+	f := os.NewFile(uintptr(fd), filepath.Join(dir.Name(), tmp))
 	ok := false
 	defer func() {
 		if !ok {
 			f.Close()
-			os.Remove(tmp)
+			_ = unix.Unlinkat(dfd, tmp, 0)
 		}
 	}()
 	buf := make([]byte, copyBuf)
@@ -230,11 +223,13 @@ func (a *Agent) writeFile(r *http.Request, rawPath, rawMode, ownerName string) (
 	if err := f.Close(); err != nil {
 		return agentapi.FileInfo{}, fmt.Errorf("close %s: %w", path, err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := unix.Renameat(dfd, tmp, dfd, base); err != nil {
 		return agentapi.FileInfo{}, fmt.Errorf("rename into %s: %w", path, err)
 	}
 	ok = true
-	return a.stat(db, path)
+	info, err := a.stat(db, filepath.Join(dir.Name(), base))
+	info.Path = path
+	return info, err
 }
 
 func (a *Agent) handleStat(w http.ResponseWriter, r *http.Request) {
@@ -362,28 +357,39 @@ func (a *Agent) move(req agentapi.Move) (agentapi.FileInfo, error) {
 	if err != nil {
 		return agentapi.FileInfo{}, err
 	}
-	if _, err := os.Lstat(from); err != nil {
+	src, srcBase, err := walker{}.openParent(from)
+	if err != nil {
 		return agentapi.FileInfo{}, err
+	}
+	defer src.Close()
+	var st unix.Stat_t
+	if err := unix.Fstatat(int(src.Fd()), srcBase, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return agentapi.FileInfo{}, &fs.PathError{Op: "move", Path: from, Err: err}
 	}
 	db := a.users()
 	u, chown, _ := a.owner(db, "")
-	if err := mkdirAll(filepath.Dir(to), 0o755, u, chown); err != nil {
+	dst, dstBase, err := walker{create: true, mode: 0o755, u: u, chown: chown}.openParent(to)
+	if err != nil {
 		return agentapi.FileInfo{}, fmt.Errorf("create parent directories: %w", err)
 	}
-	if err := os.Rename(from, to); err != nil {
+	defer dst.Close()
+	realFrom, realTo := filepath.Join(src.Name(), srcBase), filepath.Join(dst.Name(), dstBase)
+	if err := unix.Renameat(int(src.Fd()), srcBase, int(dst.Fd()), dstBase); err != nil {
 		if !errors.Is(err, syscall.EXDEV) {
-			return agentapi.FileInfo{}, err
+			return agentapi.FileInfo{}, &os.LinkError{Op: "rename", Old: from, New: to, Err: err}
 		}
 		// Across filesystems (e.g. into the /tmp tmpfs): copy, then remove.
-		if err := copyTree(from, to); err != nil {
-			os.RemoveAll(to)
+		if err := copyTree(realFrom, realTo); err != nil {
+			os.RemoveAll(realTo)
 			return agentapi.FileInfo{}, fmt.Errorf("move across filesystems: %w", err)
 		}
-		if err := os.RemoveAll(from); err != nil {
+		if err := removeAt(src, srcBase, true); err != nil {
 			return agentapi.FileInfo{}, fmt.Errorf("move across filesystems: remove source: %w", err)
 		}
 	}
-	return a.stat(db, to)
+	info, err := a.stat(db, realTo)
+	info.Path = to
+	return info, err
 }
 
 // copyTree copies a file, symlink or directory tree with modes and owners.
@@ -457,16 +463,13 @@ func (a *Agent) handleRemove(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errorf(errInvalid, "refusing to remove /"))
 		return
 	}
-	if _, err := os.Lstat(path); err != nil {
+	dir, base, err := walker{}.openParent(path)
+	if err != nil {
 		writeError(w, err)
 		return
 	}
-	if q.Get("recursive") == "1" || q.Get("recursive") == "true" {
-		err = os.RemoveAll(path)
-	} else {
-		err = os.Remove(path)
-	}
-	if err != nil {
+	defer dir.Close()
+	if err := removeAt(dir, base, q.Get("recursive") == "1" || q.Get("recursive") == "true"); err != nil {
 		writeError(w, err)
 		return
 	}

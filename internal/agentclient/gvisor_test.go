@@ -158,4 +158,59 @@ func TestInGVisor(t *testing.T) {
 	if err != nil || !bytes.Equal(got, data) || info.Mode != "0600" {
 		t.Fatalf("read back %d bytes (equal %v), mode %s, %v", len(got), bytes.Equal(got, data), info.Mode, err)
 	}
+
+	t.Run("symlink planted by guest user", func(t *testing.T) {
+		// nobody in the guest plants symlinks to a root-only directory; the
+		// file API (root, PID 1) must not write, mkdir, move or remove there.
+		if _, err := c.Mkdir(ctx, agentapi.Mkdir{Path: "/tmp/home", Owner: "nobody"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Mkdir(ctx, agentapi.Mkdir{Path: "/tmp/secret", Mode: "0700", Owner: "root"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.WriteFile(ctx, "/tmp/secret/victim", "0600", "root", strings.NewReader("root's")); err != nil {
+			t.Fatal(err)
+		}
+		run := func(argv ...string) int {
+			return h.run(ctx, agentapi.ProcessSpec{User: "nobody", Cwd: "/", Argv: argv}).exit.ExitCode
+		}
+		symlinkAttack(ctx, t, c, run, "nobody", "/tmp/home", "/tmp/secret")
+		es, err := c.List(ctx, "/tmp/secret")
+		if err != nil || len(es) != 1 || es[0].Name != "victim" || es[0].Size != int64(len("root's")) {
+			t.Fatalf("the protected directory holds %+v (%v), want only the untouched victim", es, err)
+		}
+	})
+
+	t.Run("signal reaches every process", func(t *testing.T) {
+		// One child ignores TERM, one leaves the session; both write a line
+		// once running. TERM ends the command, and no sleep is left.
+		id := newID()
+		if _, err := c.StartProcess(ctx, agentapi.ProcessSpec{ID: id, User: "root", Argv: []string{"sh", "-c",
+			`(trap "" TERM; echo a; exec sleep 1000) & setsid sh -c 'echo b; exec sleep 1000' & wait`}}); err != nil {
+			t.Fatal(err)
+		}
+		s, err := c.Output(ctx, id, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seen string
+		for !strings.Contains(seen, "a") || !strings.Contains(seen, "b") {
+			kind, payload, err := s.Next()
+			if err != nil || kind != agentapi.FrameStdout {
+				t.Fatalf("frame %d %q %v", kind, payload, err)
+			}
+			seen += string(payload)
+		}
+		if err := c.Signal(ctx, id, "TERM"); err != nil {
+			t.Fatal(err)
+		}
+		r := collect(t, s)
+		if r.exit.Signal != "TERM" {
+			t.Fatalf("exit %+v, want TERM", r.exit)
+		}
+		left := h.run(ctx, agentapi.ProcessSpec{Argv: []string{"sh", "-c", `for p in /proc/[0-9]*; do cat $p/comm 2>/dev/null; done`}})
+		if strings.Contains(left.stdout.String(), "sleep") {
+			t.Fatalf("processes left in the sandbox:\n%s", left.stdout.String())
+		}
+	})
 }

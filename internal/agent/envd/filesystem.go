@@ -232,8 +232,9 @@ func (fsv *filesystemService) Remove(ctx context.Context, req *connect.Request[p
 	if path == "/" {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("refusing to remove /"))
 	}
-	// Like envd: removing what does not exist succeeds.
-	if err := os.RemoveAll(path); err != nil {
+	// Like envd: removing what does not exist succeeds. Not os.RemoveAll:
+	// it follows symlinks guest code planted in the path's directories.
+	if err := fsv.s.agent.RemoveAll(path); err != nil {
 		return nil, rpcError("remove "+path, err)
 	}
 	return connect.NewResponse(&pb.RemoveResponse{}), nil
