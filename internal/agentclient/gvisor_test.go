@@ -18,15 +18,26 @@ import (
 	"github.com/airlock/airlock/internal/agentclient"
 )
 
+// testCache is the machine's shared test set-up (runsc built from source,
+// the debootstrapped Debian layer), used when the variables below are unset.
+const testCache = "/var/tmp/airlock-test-cache"
+
 // TestInGVisor runs the agent as PID 1 of a real gVisor sandbox, dialing
 // out over a bind-mounted unix socket (--host-uds=open). It needs
 // AIRLOCK_TEST_RUNSC (a runsc binary) and AIRLOCK_TEST_ROOTFS (a Debian
-// rootfs directory, used read-only).
+// rootfs directory, used read-only), or the shared test cache's.
 func TestInGVisor(t *testing.T) {
 	requireRoot(t)
 	runsc, rootfs := os.Getenv("AIRLOCK_TEST_RUNSC"), os.Getenv("AIRLOCK_TEST_ROOTFS")
+	if runsc == "" && rootfs == "" {
+		_, err1 := os.Stat(filepath.Join(testCache, "bin", "runsc"))
+		_, err2 := os.Stat(filepath.Join(testCache, "cache", "debian-bookworm.done"))
+		if err1 == nil && err2 == nil {
+			runsc, rootfs = filepath.Join(testCache, "bin", "runsc"), filepath.Join(testCache, "cache", "debian-bookworm")
+		}
+	}
 	if runsc == "" || rootfs == "" {
-		t.Skip("set AIRLOCK_TEST_RUNSC and AIRLOCK_TEST_ROOTFS to run the agent in gVisor")
+		t.Skipf("needs runsc and a Debian rootfs: set AIRLOCK_TEST_RUNSC and AIRLOCK_TEST_ROOTFS, or set up %s", testCache)
 	}
 	bin := buildAgent(t)
 	dir, err := os.MkdirTemp("", "airlock-gv-")
