@@ -10,10 +10,12 @@
 //     message naming the gap.
 //   - Sandboxes: recognizes sandbox (envd and user-port) traffic by the
 //     E2b-Sandbox-Id / E2b-Sandbox-Port headers or a "<port>-<sandboxID>.<domain>"
-//     Host, checks E2B's access token or file-URL signature, and hands the
-//     request to the data plane of the worker running the sandbox
-//     (in-process under `airlock up`, else by reverse proxy); the worker
-//     forwards it to the agent's envd.
+//     Host, checks E2B's access token or file-URL signature (envd's port)
+//     or the sandbox's traffic token (its other ports, unless public), caps
+//     the requests in flight per sandbox, removes the client's credentials,
+//     and hands the request to the data plane of the worker running the
+//     sandbox (in-process under `airlock up`, else by reverse proxy); the
+//     worker forwards it to the agent's envd or the port in the sandbox.
 //   - RunReaper: ends sandboxes whose expiry (E2B timeout) has passed: delete,
 //     or suspend when the sandbox was created with autoPause.
 //
