@@ -192,7 +192,7 @@ func (s *server) follow(ctx context.Context, w http.ResponseWriter, rc *http.Res
 		case <-ctx.Done():
 			return false
 		case ev := <-sub.C:
-			if !send([]model.Event{ev}) {
+			if !send([]model.Event{*ev}) {
 				return false
 			}
 		case <-sub.Lagged:

@@ -20,8 +20,8 @@ const SubscriptionBuffer = 1024
 // Subscription receives the log's new events that match its filter, in
 // Seq order, from the Log's one fan-out goroutine.
 type Subscription struct {
-	// C carries the events.
-	C <-chan model.Event
+	// C carries the events (shared by every subscription: read only).
+	C <-chan *model.Event
 	// Lagged is closed when the reader fell behind by more than
 	// SubscriptionBuffer events: events were dropped, nothing more comes
 	// on C. Read the rest from the store and subscribe again.
@@ -29,7 +29,7 @@ type Subscription struct {
 
 	l         *Log
 	org, sbx  string
-	c         chan model.Event
+	c         chan *model.Event
 	lagged    chan struct{}
 	closeOnce sync.Once
 }
@@ -75,7 +75,7 @@ func (l *Log) Subscribe(ctx context.Context, orgID, sandboxID string) (*Subscrip
 		}
 		f.mu.Unlock()
 	}
-	s := &Subscription{l: l, org: orgID, sbx: sandboxID, c: make(chan model.Event, SubscriptionBuffer), lagged: make(chan struct{})}
+	s := &Subscription{l: l, org: orgID, sbx: sandboxID, c: make(chan *model.Event, SubscriptionBuffer), lagged: make(chan struct{})}
 	s.C, s.Lagged = s.c, s.lagged
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -132,9 +132,9 @@ func (l *Log) runFeed(changed <-chan struct{}, cursor int64) {
 		f.reads++
 		f.mu.Unlock()
 		if err == nil {
-			for _, ev := range evs {
-				l.deliver(ev)
-				cursor = max(cursor, ev.Seq)
+			for i := range evs {
+				l.deliver(&evs[i])
+				cursor = max(cursor, evs[i].Seq)
 			}
 			l.advance(cursor)
 			if len(evs) == FeedPage {
@@ -184,12 +184,12 @@ func (l *Log) advance(seq int64) {
 	f.cursor = max(f.cursor, seq)
 }
 
-func (l *Log) deliver(ev model.Event) {
+func (l *Log) deliver(ev *model.Event) {
 	f := &l.feed
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for s := range f.subs {
-		if !s.matches(ev) {
+		if !s.matches(*ev) {
 			continue
 		}
 		select {

@@ -58,7 +58,7 @@ func TestSubscribeStartsAtLogEnd(t *testing.T) {
 	for range 2 {
 		select {
 		case ev := <-org.C:
-			got = append(got, ev)
+			got = append(got, *ev)
 		case <-ctx.Done():
 			t.Fatal("org subscription: no event")
 		}
