@@ -433,7 +433,7 @@ func (s *server) get(w http.ResponseWriter, r *http.Request, p service.Principal
 	}
 	writeJSON(w, http.StatusOK, sandboxDetail{
 		listedSandbox: listed(sb), EnvdAccessToken: tok, TrafficAccessToken: traffic,
-		Network: networkJSON{AllowPublicTraffic: sb.PublicTraffic},
+		Network:   networkJSON{AllowPublicTraffic: sb.PublicTraffic},
 		Lifecycle: lifecycleJSON{OnTimeout: onTimeout},
 	})
 	return nil
