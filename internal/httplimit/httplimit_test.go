@@ -184,3 +184,31 @@ func TestDaemonLimitsSet(t *testing.T) {
 		}
 	}
 }
+
+// TestLongStreamNotCut: a response that streams (SSE, a long poll) for
+// many times every limit keeps going, and its context stays alive.
+func TestLongStreamNotCut(t *testing.T) {
+	const tick = 20 * time.Millisecond
+	l := httplimit.Limits{ReadHeaderTimeout: tick, IdleTimeout: tick, BodyStallTimeout: tick}
+	addr := serve(t, l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		for i := range 25 { // ~25 limits long
+			if r.Context().Err() != nil {
+				return
+			}
+			fmt.Fprintf(w, "%d\n", i)
+			rc.Flush()
+			time.Sleep(tick)
+		}
+		io.WriteString(w, "end\n")
+	}))
+	resp, err := http.Get("http://" + addr + "/v1/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.HasSuffix(string(b), "24\nend\n") {
+		t.Errorf("stream cut: %q", b)
+	}
+}
