@@ -27,8 +27,9 @@ import (
 type soakReport struct {
 	Date         string         `json:"date"`
 	Trials       int            `json:"trials"`
-	Kills        map[string]int `json:"kills"`   // victim → SIGKILLs
-	Actions      map[string]int `json:"actions"` // action → trials that ran it
+	Kills        map[string]int `json:"kills"`        // victim → SIGKILLs
+	KillsDuring  map[string]int `json:"kills_during"` // action in flight → SIGKILLs
+	Actions      map[string]int `json:"actions"`      // action → trials that ran it
 	OpsSucceeded int            `json:"operations_succeeded"`
 	OpsFailed    int            `json:"operations_failed"`
 	OpsFailedWhy map[string]int `json:"operations_failed_reasons,omitempty"`
@@ -86,7 +87,7 @@ func TestChurnSoak(t *testing.T) {
 	}
 	c := client.New(s.url(), k.Secret)
 	rep := soakReport{Date: time.Now().UTC().Format(time.RFC3339), Trials: trials,
-		Kills: map[string]int{}, Actions: map[string]int{}, OpsFailedWhy: map[string]int{}}
+		Kills: map[string]int{}, KillsDuring: map[string]int{}, Actions: map[string]int{}, OpsFailedWhy: map[string]int{}}
 	rng := mrand.New(mrand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	t.Logf("soak seed time %s", rep.Date)
 
@@ -142,10 +143,12 @@ func TestChurnSoak(t *testing.T) {
 	}
 	// maybeKill SIGKILLs the worker or the server at a random point of an
 	// operation in flight, and starts it again on the same data.
+	action := ""
 	maybeKill := func() {
 		if rng.IntN(2) == 0 {
 			return
 		}
+		rep.KillsDuring[action]++
 		time.Sleep(time.Duration(rng.IntN(400)) * time.Millisecond)
 		if rng.IntN(2) == 0 {
 			rep.Kills["worker"]++
@@ -227,7 +230,7 @@ func TestChurnSoak(t *testing.T) {
 	}
 
 	for i := range trials {
-		action := []string{"create", "exec", "write", "suspend", "wake", "fork", "delete"}[rng.IntN(7)]
+		action = []string{"create", "exec", "write", "suspend", "wake", "fork", "delete"}[rng.IntN(7)]
 		if len(live) == 0 || (action == "delete" && len(live) < 2) {
 			action = "create"
 		}
