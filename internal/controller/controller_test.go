@@ -20,6 +20,7 @@ import (
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/store"
 	"github.com/airlock/airlock/internal/store/sqlite"
+	"github.com/airlock/airlock/internal/token"
 	"github.com/airlock/airlock/internal/workerapi"
 )
 
@@ -52,6 +53,9 @@ type env struct {
 	c     *Controller
 	clock *clock
 	srv   *httptest.Server
+	// secrets are the workers' own credentials, issued at registration.
+	secretsMu sync.Mutex
+	secrets   map[string]string
 }
 
 func newEnv(t *testing.T, opts ...func(*Config)) *env {
@@ -218,8 +222,16 @@ func (w *fakeWorker) post(path string, body any) (*http.Response, []byte) {
 	if err != nil {
 		w.e.t.Fatal(err)
 	}
-	if w.token != "" {
-		req.Header.Set("Authorization", "Bearer "+w.token)
+	tok := w.token
+	if tok == testToken && !strings.HasSuffix(path, "/register") {
+		w.e.secretsMu.Lock()
+		if s := w.e.secrets[w.id]; s != "" {
+			tok = s // past registration a worker sends its own credential
+		}
+		w.e.secretsMu.Unlock()
+	}
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -233,9 +245,12 @@ func (w *fakeWorker) post(path string, body any) (*http.Response, []byte) {
 
 func (w *fakeWorker) register(templates ...model.Template) workerapi.RegisterResponse {
 	w.e.t.Helper()
+	w.e.secretsMu.Lock()
+	secret := w.e.secrets[w.id]
+	w.e.secretsMu.Unlock()
 	resp, body := w.post("/internal/v1/workers/register", workerapi.RegisterRequest{
 		ID: w.id, DataPlaneURL: "http://127.0.0.1:1/" + w.id, Runtimes: []string{"gvisor"},
-		CapacityMiB: 4096, CapacityVCPUs: 4, Templates: templates,
+		CapacityMiB: 4096, CapacityVCPUs: 4, Templates: templates, Secret: secret,
 	})
 	if resp.StatusCode != http.StatusOK {
 		w.e.t.Fatalf("register: %s: %s", resp.Status, body)
@@ -243,6 +258,14 @@ func (w *fakeWorker) register(templates ...model.Template) workerapi.RegisterRes
 	var out workerapi.RegisterResponse
 	if err := json.Unmarshal(body, &out); err != nil {
 		w.e.t.Fatalf("register: decode: %v", err)
+	}
+	if out.WorkerSecret != "" {
+		w.e.secretsMu.Lock()
+		if w.e.secrets == nil {
+			w.e.secrets = map[string]string{}
+		}
+		w.e.secrets[w.id] = out.WorkerSecret
+		w.e.secretsMu.Unlock()
 	}
 	return out
 }
@@ -557,7 +580,7 @@ func TestAuth(t *testing.T) {
 		{"sync wrong token", "nope", "/internal/v1/workers/w1/sync", 401, "unauthorized"},
 		{"sync no token", "", "/internal/v1/workers/w1/sync", 401, "unauthorized"},
 		{"register wrong token", "worker-secre", "/internal/v1/workers/register", 401, "unauthorized"},
-		{"sync unknown worker", testToken, "/internal/v1/workers/nobody/sync", 404, "not_found"},
+		{"sync unknown worker", testToken, "/internal/v1/workers/nobody/sync", 401, "unauthorized"},
 		{"sync bad version", testToken, "/internal/v1/workers/w1/sync?version=x", 400, "invalid"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -596,15 +619,18 @@ func TestRegisterSigningKeyAndTemplates(t *testing.T) {
 	e := newEnv(t)
 	r1 := e.worker("w1").register(baseTemplate)
 	r2 := e.worker("w2").register()
-	if r1.WorkerID != "w1" || r1.SigningKey == "" || r1.SigningKey != r2.SigningKey {
-		t.Fatalf("register responses %+v %+v: want the same non-empty key", r1, r2)
+	// Each worker gets its own key, derived from the master, never the
+	// master itself.
+	if r1.WorkerID != "w1" || r1.SigningKey == "" || r1.SigningKey == r2.SigningKey {
+		t.Fatalf("register responses %+v %+v: want two different non-empty keys", r1, r2)
 	}
 	key, err := SigningKey(e.ctx, e.st)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if base64.StdEncoding.EncodeToString(key) != r1.SigningKey || len(key) != 32 {
-		t.Fatalf("SigningKey %x does not match the registered key %s", key, r1.SigningKey)
+	if base64.StdEncoding.EncodeToString(token.WorkerKey(key, "w1")) != r1.SigningKey || len(key) != 32 ||
+		base64.StdEncoding.EncodeToString(key) == r1.SigningKey {
+		t.Fatalf("SigningKey %x: the registered key %s is not w1's derived key", key, r1.SigningKey)
 	}
 	tpl, err := e.st.GetTemplate(e.ctx, "base", "latest")
 	if err != nil || tpl.Digest != baseDigest {

@@ -22,6 +22,7 @@ import (
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/service"
 	"github.com/airlock/airlock/internal/store"
+	"github.com/airlock/airlock/internal/token"
 	"github.com/airlock/airlock/internal/workerapi"
 )
 
@@ -34,9 +35,9 @@ var workerIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 // /internal/v1/workers/.
 func (c *Controller) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /internal/v1/workers/register", c.handleRegister)
-	mux.HandleFunc("POST /internal/v1/workers/{id}/sync", c.handleSync)
-	mux.HandleFunc("POST /internal/v1/workers/{id}/wake", c.handleWake)
+	mux.Handle("POST /internal/v1/workers/register", c.joinAuth(http.HandlerFunc(c.handleRegister)))
+	mux.Handle("POST /internal/v1/workers/{id}/sync", c.workerAuth(http.HandlerFunc(c.handleSync)))
+	mux.Handle("POST /internal/v1/workers/{id}/wake", c.workerAuth(http.HandlerFunc(c.handleWake)))
 	return c.authenticate(mux)
 }
 
@@ -47,13 +48,87 @@ func (c *Controller) authenticate(next http.Handler) http.Handler {
 			writeError(w, model.Errorf(model.ErrUnauthorized, "the worker API is disabled: the server has no worker token"))
 			return
 		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// joinAuth admits a registration that carries the join token (the server's
+// --worker-token). Register then checks the worker id's own secret.
+func (c *Controller) joinAuth(next http.Handler) http.Handler {
+	want := []byte("Bearer " + c.cfg.WorkerToken)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := []byte(r.Header.Get("Authorization"))
 		if subtle.ConstantTimeCompare(got, want) != 1 {
-			writeError(w, model.Errorf(model.ErrUnauthorized, "missing or wrong worker token: send Authorization: Bearer <the server's --worker-token>"))
+			writeError(w, model.Errorf(model.ErrUnauthorized, "missing or wrong join token: register with Authorization: Bearer <the server's --worker-token>"))
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// workerAuth admits a call on /internal/v1/workers/{id}/… only with that
+// worker's own secret (the join token is not enough: one worker cannot
+// sync or wake as another).
+func (c *Controller) workerAuth(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		secret, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || secret == "" {
+			writeError(w, model.Errorf(model.ErrUnauthorized, "missing worker credential: send Authorization: Bearer <the secret worker %s received at registration>", id))
+			return
+		}
+		if err := c.checkWorkerSecret(r.Context(), id, secret); err != nil {
+			writeError(w, err)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// checkWorkerSecret reports whether secret is worker id's own credential.
+func (c *Controller) checkWorkerSecret(ctx context.Context, id, secret string) error {
+	cred, err := c.st.GetWorkerCredential(ctx, id)
+	if errors.Is(err, model.ErrNotFound) {
+		return model.Errorf(model.ErrUnauthorized, "worker %s has no credential on this server: register first (with the join token)", id)
+	}
+	if err != nil {
+		return fmt.Errorf("controller: worker %s: read credential: %w", id, err)
+	}
+	if subtle.ConstantTimeCompare([]byte(service.HashKey(secret)), []byte(cred.SecretHash)) != 1 {
+		return model.Errorf(model.ErrUnauthorized, "wrong credential for worker %s: send the secret it received at registration (kept in its data dir as worker.secret)", id)
+	}
+	return nil
+}
+
+// bindWorker makes sure the registration of id is by the worker that holds
+// id's secret: an id without a credential gets one (returned, to be sent
+// back to the worker once); an id with one must prove it with secret.
+func (c *Controller) bindWorker(ctx context.Context, id, secret string, now time.Time) (issued string, err error) {
+	if _, err := c.st.GetWorkerCredential(ctx, id); err == nil {
+		if secret == "" {
+			return "", model.Errorf(model.ErrForbidden, "worker id %s is registered with its own credential, and this registration has none: "+
+				"a worker re-registers with the secret it received (in its data dir as worker.secret); if that is lost, the operator removes the worker's credential first", id)
+		}
+		if err := c.checkWorkerSecret(ctx, id, secret); err != nil {
+			return "", model.Errorf(model.ErrForbidden, "worker id %s is registered with another credential: a worker can register only as itself", id)
+		}
+		return "", nil
+	} else if !errors.Is(err, model.ErrNotFound) {
+		return "", fmt.Errorf("read credential: %w", err)
+	}
+	var b [24]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("make worker secret: %w", err)
+	}
+	issued = "alw_" + hex.EncodeToString(b[:])
+	err = c.st.PutWorkerCredential(ctx, store.WorkerCredential{WorkerID: id, SecretHash: service.HashKey(issued), CreatedAt: now, UpdatedAt: now}, "")
+	if errors.Is(err, model.ErrConflict) {
+		return "", model.Errorf(model.ErrForbidden, "worker id %s was registered by another worker just now: a worker can register only as itself", id)
+	}
+	if err != nil {
+		return "", fmt.Errorf("store credential: %w", err)
+	}
+	return issued, nil
 }
 
 func (c *Controller) handleRegister(w http.ResponseWriter, r *http.Request) {
@@ -71,8 +146,11 @@ func (c *Controller) handleRegister(w http.ResponseWriter, r *http.Request) {
 }
 
 // Register records a worker (and the templates it has) with a fresh
-// heartbeat and returns the data-plane signing key.
-func (c *Controller) Register(ctx context.Context, req workerapi.RegisterRequest) (workerapi.RegisterResponse, error) {
+// heartbeat and returns the worker's own data-plane key and, on an id's
+// first registration, its credential. An id registered before must prove
+// its credential (req.Secret): nobody else may re-register it or change its
+// data-plane URL.
+func (c *Controller) Register(ctx context.Context, req workerapi.RegisterRequest) (_ workerapi.RegisterResponse, err error) {
 	if req.ID == "" {
 		var b [8]byte
 		rand.Read(b[:])
@@ -91,6 +169,21 @@ func (c *Controller) Register(ctx context.Context, req workerapi.RegisterRequest
 		return workerapi.RegisterResponse{}, err
 	}
 	now := c.now()
+	issued, err := c.bindWorker(ctx, req.ID, req.Secret, now)
+	if err != nil {
+		return workerapi.RegisterResponse{}, fmt.Errorf("controller: register %s: %w", req.ID, err)
+	}
+	if issued != "" {
+		// A registration that fails after its credential was stored gives
+		// the id back: the worker never received the secret.
+		defer func() {
+			if err != nil {
+				if derr := c.st.DeleteWorkerCredential(context.WithoutCancel(ctx), req.ID); derr != nil {
+					c.log.Warn("controller: register: drop the credential of a failed registration", "worker", req.ID, "err", derr)
+				}
+			}
+		}()
+	}
 	wk := model.Worker{
 		ID:            req.ID,
 		DataPlaneURL:  req.DataPlaneURL,
@@ -118,9 +211,13 @@ func (c *Controller) Register(ctx context.Context, req workerapi.RegisterRequest
 		return workerapi.RegisterResponse{}, fmt.Errorf("controller: register %s: %w", req.ID, err)
 	}
 	c.log.Info("controller: worker registered", "worker", wk.ID, "data_plane", wk.DataPlaneURL, "runtimes", wk.Runtimes,
-		"templates", wk.Templates, "capacity_mib", wk.CapacityMiB, "capacity_vcpus", wk.CapacityVCPUs)
+		"templates", wk.Templates, "capacity_mib", wk.CapacityMiB, "capacity_vcpus", wk.CapacityVCPUs, "new_credential", issued != "")
 	c.Kick()
-	return workerapi.RegisterResponse{WorkerID: wk.ID, SigningKey: base64.StdEncoding.EncodeToString(key)}, nil
+	return workerapi.RegisterResponse{
+		WorkerID:     wk.ID,
+		SigningKey:   base64.StdEncoding.EncodeToString(token.WorkerKey(key, wk.ID)),
+		WorkerSecret: issued,
+	}, nil
 }
 
 func validTemplates(ts []model.Template) error {

@@ -177,3 +177,87 @@ func waitPort(t *testing.T, ctx context.Context, try func() httpReply) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// holdServer answers GET /hold on port 8000 only once /tmp/release exists,
+// after noting each arrival in /tmp/arrived; any other path at once.
+const holdServer = `import http.server, os, time, threading
+lock = threading.Lock()
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path == '/hold':
+            with lock:
+                with open('/tmp/arrived', 'a') as f:
+                    f.write('x')
+            while not os.path.exists('/tmp/release'):
+                time.sleep(0.05)
+        b = b'done'
+        self.send_response(200)
+        self.send_header('Content-Length', str(len(b)))
+        self.end_headers()
+        self.wfile.write(b)
+    def log_message(self, *a):
+        pass
+http.server.ThreadingHTTPServer(('127.0.0.1', 8000), H).serve_forever()
+`
+
+// TestSandboxPortInflightCap holds 64 requests open in a web server inside
+// a real sandbox (public_traffic: true, so no token is needed) through the
+// server's router; the 65th is 429 with a message, and once the server in
+// the sandbox lets the held ones finish the port is served again.
+func TestSandboxPortInflightCap(t *testing.T) {
+	s := need(t)
+	c := s.client()
+	ctx := ctxT(t, 5*time.Minute)
+	const limit = 64 // e2bcompat.MaxInflightPerSandbox
+	sb := newSandbox(t, c, client.CreateSandboxRequest{PublicTraffic: true})
+	if r := sh(t, c, sb.ID, "cat > /tmp/hold.py <<'EOF'\n"+holdServer+"EOF\nsetsid python3 /tmp/hold.py </dev/null >/tmp/hold.log 2>&1 &"); r.exit.ExitCode != 0 {
+		t.Fatalf("start the hold server: %+v", r)
+	}
+	get := func(path string) httpReply {
+		return getJSON(t, ctx, s.url()+path, "E2b-Sandbox-Id", sb.ID, "E2b-Sandbox-Port", "8000")
+	}
+	waitPort(t, ctx, func() httpReply { return get("/ready") })
+
+	held := make(chan httpReply, limit)
+	for range limit {
+		go func() {
+			req, _ := http.NewRequestWithContext(ctx, "GET", s.url()+"/hold", nil)
+			req.Header.Set("E2b-Sandbox-Id", sb.ID)
+			req.Header.Set("E2b-Sandbox-Port", "8000")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				held <- httpReply{status: -1, body: []byte(err.Error())}
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			held <- httpReply{resp.StatusCode, b}
+		}()
+	}
+	// Wait until the server in the sandbox holds all of them (asked through
+	// the native command API, which the cap does not count).
+	for {
+		if r := sh(t, c, sb.ID, "wc -c < /tmp/arrived 2>/dev/null || echo 0"); strings.TrimSpace(r.stdout) == "64" {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the held requests never all reached the server in the sandbox")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	r := get("/more")
+	if r.status != http.StatusTooManyRequests || !strings.Contains(string(r.body), "64 requests in flight") {
+		t.Fatalf("request %d: %d %s; want 429 naming the limit", limit+1, r.status, r.body)
+	}
+	if r := sh(t, c, sb.ID, "touch /tmp/release"); r.exit.ExitCode != 0 {
+		t.Fatalf("release: %+v", r)
+	}
+	for range limit {
+		if r := <-held; r.status != http.StatusOK || string(r.body) != "done" {
+			t.Fatalf("a held request: %d %s; want 200 done", r.status, r.body)
+		}
+	}
+	if r := get("/after"); r.status != http.StatusOK {
+		t.Fatalf("after the held requests: %d %s; want 200", r.status, r.body)
+	}
+}

@@ -82,9 +82,10 @@ func (s *Service) workerOf(ctx context.Context, sb model.Sandbox) (model.Worker,
 
 // workerRequest is a request from the server to worker w's data plane for
 // sandbox sb, at /v1/sandboxes/<sb>/<path>, authorized by a one-minute
-// token with claims c (the sandbox, its org and the expiry filled in).
+// token with claims c (the sandbox, its org, the worker and the expiry
+// filled in; signed with w's own key).
 func (s *Service) workerRequest(ctx context.Context, w model.Worker, sb model.Sandbox, c token.Claims, method, path string, body io.Reader) (*http.Request, error) {
-	c.SandboxID, c.OrgID, c.Expires = sb.ID, sb.OrgID, s.now().Add(time.Minute).Unix()
+	c.SandboxID, c.OrgID, c.Worker, c.Expires = sb.ID, sb.OrgID, w.ID, s.now().Add(time.Minute).Unix()
 	tok, err := s.sign(ctx, c)
 	if err != nil {
 		return nil, err
@@ -158,7 +159,7 @@ func (s *Service) CreateCommand(ctx context.Context, p Principal, sandboxID stri
 		User: req.User, Stdin: req.Stdin, TimeoutS: req.TimeoutS,
 	}
 	exp := s.now().Add(SessionTTL).Truncate(time.Second)
-	tok, err := s.sign(ctx, token.Claims{SandboxID: sb.ID, OrgID: sb.OrgID, Scope: token.ScopeCommand, Command: &spec, Expires: exp.Unix()})
+	tok, err := s.sign(ctx, token.Claims{SandboxID: sb.ID, OrgID: sb.OrgID, Scope: token.ScopeCommand, Command: &spec, Expires: exp.Unix(), Worker: w.ID})
 	if err != nil {
 		return apitypes.CommandSession{}, err
 	}
@@ -214,7 +215,7 @@ func (s *Service) FilesSession(ctx context.Context, p Principal, sandboxID strin
 		return apitypes.FilesSession{}, err
 	}
 	exp := s.now().Add(SessionTTL).Truncate(time.Second)
-	tok, err := s.sign(ctx, token.Claims{SandboxID: sb.ID, OrgID: sb.OrgID, Scope: token.ScopeFiles, Expires: exp.Unix()})
+	tok, err := s.sign(ctx, token.Claims{SandboxID: sb.ID, OrgID: sb.OrgID, Scope: token.ScopeFiles, Expires: exp.Unix(), Worker: w.ID})
 	if err != nil {
 		return apitypes.FilesSession{}, err
 	}
