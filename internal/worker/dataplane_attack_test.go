@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,8 @@ import (
 	"github.com/airlock/airlock/internal/agentclient"
 	"github.com/airlock/airlock/internal/client"
 	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/token"
+	"github.com/airlock/airlock/internal/workerapi"
 )
 
 // agentOf returns the worker's agent client of sandbox sid.
@@ -140,5 +143,67 @@ func TestDataPlaneListsPaged(t *testing.T) {
 	cmds, err := fc.ListCommands(ctx)
 	if err != nil || len(cmds) < nCmds {
 		t.Fatalf("ListCommands: %d, %v", len(cmds), err)
+	}
+}
+
+// setTask gives sandbox id's assignment task t (nil: none).
+func (f *fakeServer) setTask(id string, t *model.Task) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a := f.assignments[id]
+	a.Sandbox.Task = t
+	f.assignments[id] = a
+	f.version++
+	f.bump()
+}
+
+// waitTask waits for the worker's result of task op on sandbox id.
+func (f *fakeServer) waitTask(ctx context.Context, id, op string) workerapi.TaskResult {
+	f.t.Helper()
+	o := f.waitFor(ctx, id, func(o workerapi.Observed, _ []model.SandboxState) bool {
+		return o.Task != nil && o.Task.OperationID == op
+	})
+	if o.Task.Error != "" {
+		f.t.Fatalf("task %s: %s", op, o.Task.Error)
+	}
+	return *o.Task
+}
+
+// TestLateAttachAfterRollbackGVisor: a command started after a checkpoint
+// runs; the sandbox is rolled back to the checkpoint, which brings back an
+// agent that never heard of the command. Attaching with the command's token
+// again gets 410 Gone instead of running it a second time (the old worker
+// ran it again, in the rolled-back sandbox). A real gVisor sandbox, a real
+// checkpoint and rollback.
+func TestLateAttachAfterRollbackGVisor(t *testing.T) {
+	e := newGVisorEnv(t)
+	ctx := testContext(t)
+	e.srv.setTask(e.id, &model.Task{OperationID: "op-cp", Kind: model.OpCheckpoint, Checkpoint: "before"})
+	cp := e.srv.waitTask(ctx, e.id, "op-cp")
+	e.srv.setTask(e.id, nil)
+
+	attach := sandboxURL(e.tw.w, e.id) + "/commands/c-after/attach"
+	tok := e.srv.sign(t, token.Claims{SandboxID: e.id, Scope: token.ScopeCommand,
+		Command: &model.CommandSpec{ID: "c-after", SandboxID: e.id, Argv: []string{"sh", "-c", "echo ran"}}})
+	var out bytes.Buffer
+	if exit, err := client.RunCommand(ctx, attach, tok, nil, &out, io.Discard); err != nil || exit.ExitCode != 0 || out.String() != "ran\n" {
+		t.Fatalf("first run: %q %+v %v", out.String(), exit, err)
+	}
+
+	e.srv.setTask(e.id, &model.Task{OperationID: "op-rb", Kind: model.OpRollback, Checkpoint: "before", SnapshotID: cp.SnapshotID})
+	e.srv.waitTask(ctx, e.id, "op-rb")
+	e.srv.setTask(e.id, nil)
+	e.srv.waitObserved(ctx, e.id, model.StateRunning)
+
+	out.Reset()
+	exit, err := client.RunCommand(ctx, attach, tok, nil, &out, io.Discard)
+	if !errors.Is(err, client.ErrGone) || !strings.Contains(err.Error(), "rolled back") {
+		t.Fatalf("attach after the rollback: output %q exit %+v err %v; want 410 Gone, not a second run", out.String(), exit, err)
+	}
+	// The sandbox itself works on: a new command runs.
+	tok2 := e.srv.sign(t, token.Claims{SandboxID: e.id, Scope: token.ScopeCommand,
+		Command: &model.CommandSpec{ID: "c-new", SandboxID: e.id, Argv: []string{"true"}}})
+	if exit, err := client.RunCommand(ctx, sandboxURL(e.tw.w, e.id)+"/commands/c-new/attach", tok2, nil, io.Discard, io.Discard); err != nil || exit.ExitCode != 0 {
+		t.Fatalf("new command after the rollback: %+v %v", exit, err)
 	}
 }
