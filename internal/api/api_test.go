@@ -496,7 +496,7 @@ func TestCommandsAndFiles(t *testing.T) {
 			if cs.AttachURL != wantURL {
 				t.Fatalf("attach_url %q, want %q", cs.AttachURL, wantURL)
 			}
-			c, err := token.Verify(key, cs.Token, time.Now())
+			c, err := token.Verify(token.WorkerKey(key, "w1"), cs.Token, time.Now())
 			if err != nil {
 				t.Fatalf("token does not verify with the store's key: %v", err)
 			}
@@ -524,7 +524,7 @@ func TestCommandsAndFiles(t *testing.T) {
 	if fs.URL != dp.URL+"/v1/sandboxes/"+sb.ID+"/files" {
 		t.Fatalf("files url %q", fs.URL)
 	}
-	c, err := token.Verify(key, fs.Token, time.Now())
+	c, err := token.Verify(token.WorkerKey(key, "w1"), fs.Token, time.Now())
 	if err != nil || c.Scope != token.ScopeFiles || c.SandboxID != sb.ID || c.Command != nil {
 		t.Fatalf("files claims %+v %v", c, err)
 	}

@@ -103,7 +103,7 @@ func (e *env) dataPlane() *httptest.Server {
 			http.Error(w, "no token", http.StatusUnauthorized)
 			return
 		}
-		c, err := token.Verify(key, tok[7:], time.Now())
+		c, err := token.Verify(token.WorkerKey(key, "w1"), tok[7:], time.Now()) // w1's own key
 		if err != nil || c.Scope != token.ScopeFiles || c.SandboxID != r.PathValue("sid") {
 			http.Error(w, "bad token", http.StatusUnauthorized)
 			return

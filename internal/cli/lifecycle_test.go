@@ -56,10 +56,11 @@ func newLifecycleEnv(t *testing.T) *lifecycleEnv {
 	t.Cleanup(func() { cancel(); srv.Close(); wg.Wait() })
 	e := &lifecycleEnv{apiEnv: &apiEnv{t: t, ctx: ctx, st: st, ev: ev, url: srv.URL, key: secret}}
 
+	bearer := "wt" // the join token; past registration the worker's own secret
 	post := func(path string, in, out any) error {
 		b, _ := json.Marshal(in)
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+path, bytes.NewReader(b))
-		req.Header.Set("Authorization", "Bearer wt")
+		req.Header.Set("Authorization", "Bearer "+bearer)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return err
@@ -75,6 +76,7 @@ func newLifecycleEnv(t *testing.T) *lifecycleEnv {
 		Runtimes: []string{"gvisor"}, CapacityMiB: 1 << 20, CapacityVCPUs: 1024, Templates: []model.Template{tpl}}, &reg); err != nil {
 		t.Fatalf("register: %v", err)
 	}
+	bearer = reg.WorkerSecret
 	wg.Add(2)
 	go func() { defer wg.Done(); ctrl.Run(ctx) }()
 	go func() {

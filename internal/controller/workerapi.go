@@ -41,8 +41,9 @@ func (c *Controller) Handler() http.Handler {
 	return c.authenticate(mux)
 }
 
+// authenticate refuses every worker API call while the server has no join
+// token (the worker API is then off).
 func (c *Controller) authenticate(next http.Handler) http.Handler {
-	want := []byte("Bearer " + c.cfg.WorkerToken)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if c.cfg.WorkerToken == "" {
 			writeError(w, model.Errorf(model.ErrUnauthorized, "the worker API is disabled: the server has no worker token"))

@@ -464,7 +464,7 @@ func newWorker(ctx context.Context, o workerOptions) (*worker.Worker, error) {
 	}
 	mem, cpus := capacity()
 	return worker.New(worker.Config{
-		ID: id, ServerURL: o.serverURL, WorkerToken: o.token,
+		ID: id, ServerURL: o.serverURL, WorkerToken: o.token, SecretFile: filepath.Join(o.dataDir, "worker.secret"),
 		DataPlaneListener: ln, DataPlaneURL: adv, Driver: drivers, Snapshots: snaps, TemplateImages: o.templateImages,
 		Templates:     func() ([]model.Template, error) { return setup.ListTemplates(o.dataDir) },
 		RootFS:        func(digest string) string { return setup.TemplateRootFS(o.dataDir, digest) },

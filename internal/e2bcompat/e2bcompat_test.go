@@ -527,7 +527,7 @@ func TestRouterForwardsToWorker(t *testing.T) {
 			e.mu.Lock()
 			last := e.dpSeen[len(e.dpSeen)-1]
 			e.mu.Unlock()
-			c, err := token.Verify(key, last.Header.Get(HeaderDataPlaneToken), time.Now())
+			c, err := token.Verify(token.WorkerKey(key, "w1"), last.Header.Get(HeaderDataPlaneToken), time.Now()) // w1's own key
 			if err != nil || c.SandboxID != sb.SandboxID || c.Scope != token.ScopeEnvd {
 				t.Fatalf("worker got token claims %+v, err %v", c, err)
 			}

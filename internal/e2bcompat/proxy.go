@@ -203,7 +203,7 @@ func (rt *router) serve(w http.ResponseWriter, r *http.Request, t target) {
 		writeSandboxError(w, t.sandboxID, http.StatusBadGateway, "signing key unavailable")
 		return
 	}
-	tok, err := token.Sign(key, token.Claims{SandboxID: sb.ID, OrgID: sb.OrgID, Scope: token.ScopeEnvd, Expires: time.Now().Add(workerTokenTTL).Unix()})
+	tok, err := token.Sign(key, token.Claims{SandboxID: sb.ID, OrgID: sb.OrgID, Scope: token.ScopeEnvd, Expires: time.Now().Add(workerTokenTTL).Unix(), Worker: sb.WorkerID})
 	if err != nil {
 		writeSandboxError(w, t.sandboxID, http.StatusBadGateway, err.Error())
 		return

@@ -2,6 +2,11 @@
 // sandbox-scoped capabilities the server hands to clients (and uses itself)
 // so that workers, which never see the database, can authorize data-plane
 // requests. A token is "v1.<base64url(JSON claims)>.<base64url(HMAC-SHA256)>".
+//
+// The server holds the installation's master key; a worker never does. Each
+// worker gets its own key, WorkerKey(master, id), and a token for a sandbox
+// on worker W names W (Claims.Worker) and is signed with W's key, so a
+// worker cannot mint a token that another worker accepts.
 package token
 
 import (
@@ -39,6 +44,18 @@ type Claims struct {
 	Command   *model.CommandSpec `json:"cmd,omitempty"`
 	Snapshot  string             `json:"snap,omitempty"` // ScopeSnapshot export: the snapshot id
 	Expires   int64              `json:"exp"`            // unix seconds
+	// Worker is the worker the token is for: Sign signs with
+	// WorkerKey(key, Worker) when it is set.
+	Worker string `json:"wid,omitempty"`
+}
+
+// WorkerKey derives worker workerID's data-plane key from the master key:
+// HMAC-SHA256(master, "airlock worker key v1\x00" + workerID). Knowing one
+// worker's key tells nothing of another's or of the master.
+func WorkerKey(master []byte, workerID string) []byte {
+	h := hmac.New(sha256.New, master)
+	h.Write([]byte("airlock worker key v1\x00" + workerID))
+	return h.Sum(nil)
 }
 
 // NewKey returns a fresh random signing key.
@@ -50,8 +67,12 @@ func NewKey() []byte {
 	return k
 }
 
-// Sign returns the token for c.
+// Sign returns the token for c, signed with key, or with
+// WorkerKey(key, c.Worker) when c names a worker (key is then the master).
 func Sign(key []byte, c Claims) (string, error) {
+	if c.Worker != "" {
+		key = WorkerKey(key, c.Worker)
+	}
 	body, err := json.Marshal(c)
 	if err != nil {
 		return "", fmt.Errorf("token: encode claims: %w", err)

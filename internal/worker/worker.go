@@ -59,9 +59,15 @@ const (
 
 // Config wires a worker.
 type Config struct {
-	ID          string
-	ServerURL   string // base URL of the server, e.g. http://127.0.0.1:8080
+	ID        string
+	ServerURL string // base URL of the server, e.g. http://127.0.0.1:8080
+	// WorkerToken is the join token the worker registers with; the server
+	// answers a first registration with the worker's own secret, which the
+	// worker sends from then on.
 	WorkerToken string
+	// SecretFile keeps that secret (mode 0600) across restarts; "": in
+	// memory only (a restarted worker cannot re-register under its id).
+	SecretFile string
 	// DataPlaneListener, if set, is served; otherwise DataPlaneAddr is listened on.
 	DataPlaneListener net.Listener
 	DataPlaneAddr     string
@@ -151,7 +157,8 @@ type Worker struct {
 	http *http.Client
 	ln   net.Listener
 
-	key atomic.Pointer[[]byte] // data-plane signing key, set at registration
+	key    atomic.Pointer[[]byte] // data-plane signing key, set at registration
+	secret atomic.Pointer[string] // the worker's own credential (see Config.SecretFile)
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
@@ -894,9 +901,13 @@ func (w *Worker) register(ctx context.Context) error {
 			CapacityMiB:   w.cfg.CapacityMiB,
 			CapacityVCPUs: w.cfg.CapacityVCPUs,
 			Templates:     w.templates(),
+			Secret:        w.loadSecret(),
 		}
 		var resp workerapi.RegisterResponse
 		err := w.call(ctx, "/internal/v1/workers/register", req, &resp)
+		if err == nil && resp.WorkerSecret != "" {
+			err = w.storeSecret(resp.WorkerSecret)
+		}
 		if err == nil {
 			key, kerr := decodeKey(resp.SigningKey)
 			if kerr == nil {
@@ -958,7 +969,13 @@ func (w *Worker) call(ctx context.Context, path string, body, out any) error {
 		return fmt.Errorf("build request: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+w.cfg.WorkerToken)
+	// Registration presents the join token; every other call the worker's
+	// own secret (the server refuses the join token there).
+	bearer := w.cfg.WorkerToken
+	if sp := w.secret.Load(); sp != nil && path != "/internal/v1/workers/register" {
+		bearer = *sp
+	}
+	req.Header.Set("Authorization", "Bearer "+bearer)
 	res, err := w.http.Do(req)
 	if err != nil {
 		return fmt.Errorf("call %s: %w", path, err)

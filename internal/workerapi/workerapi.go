@@ -3,8 +3,15 @@
 // in a loop. Sync carries the worker's heartbeat and observed state up, and
 // long-polls for the desired state of every sandbox assigned to it.
 //
-// Endpoints on the server, authenticated with "Authorization: Bearer
-// <worker token>" (the server's --worker-token; `airlock up` generates one):
+// Register is authenticated with "Authorization: Bearer <join token>" (the
+// server's --worker-token; `airlock up` generates one). The first
+// registration of a worker id returns the worker's own secret
+// (RegisterResponse.WorkerSecret), stored hashed on the server and bound to
+// that id; every later call of that worker sends it: Sync and Wake as
+// "Authorization: Bearer <worker secret>" (the join token is refused
+// there), a re-registration as RegisterRequest.Secret (without it, an id
+// that has a secret is refused, so a holder of the join token cannot take
+// over another worker or redirect its data-plane URL).
 //
 //	POST /internal/v1/workers/register  RegisterRequest → RegisterResponse
 //	POST /internal/v1/workers/{id}/sync?wait=25s&version=N  SyncRequest → SyncResponse
@@ -32,13 +39,20 @@ type RegisterRequest struct {
 	CapacityMiB   int              `json:"capacity_mib"`
 	CapacityVCPUs int              `json:"capacity_vcpus"`
 	Templates     []model.Template `json:"templates"` // templates present on this worker
+	// Secret is the worker's own secret from its first registration; it
+	// proves the id when the worker registers again.
+	Secret string `json:"secret,omitempty"`
 }
 
 // RegisterResponse gives the worker what it needs to serve the data plane.
 type RegisterResponse struct {
 	WorkerID string `json:"worker_id"`
-	// SigningKey verifies data-plane tokens (base64 of the HMAC key).
+	// SigningKey verifies data-plane tokens (base64 of the HMAC key). It is
+	// this worker's own key (token.WorkerKey), never the master.
 	SigningKey string `json:"signing_key"`
+	// WorkerSecret is set on a worker id's first registration only: the
+	// worker's own credential, to keep (0600) and send from then on.
+	WorkerSecret string `json:"worker_secret,omitempty"`
 }
 
 // Observed is what the worker sees of one sandbox.
