@@ -150,6 +150,11 @@ func (w *Worker) handleE2B(rw http.ResponseWriter, r *http.Request) {
 			if r.Context().Err() != nil {
 				return
 			}
+			if big := (*http.MaxBytesError)(nil); errors.As(err, &big) {
+				// The server's router bounds envd RPC bodies (in process).
+				writeE2BError(rw, sid, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is larger than %d bytes", big.Limit))
+				return
+			}
 			w.log.Debug("e2b forward", "sandbox", sid, "path", path, "err", err)
 			writeE2BError(rw, sid, http.StatusBadGateway, "the sandbox did not answer: "+err.Error())
 		},

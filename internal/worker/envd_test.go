@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -283,5 +284,25 @@ func TestE2BRouteStripsCredentials(t *testing.T) {
 	hdr.Set("Authorization", "Bearer al_x")
 	if stripCredentials(hdr, true); hdr.Get("Authorization") != "" {
 		t.Fatalf("a Bearer Authorization reached envd: %v", hdr)
+	}
+}
+
+// TestE2BRouteBodyBound hands the route a request whose body the server's
+// router bounded (in process, under `airlock up`): beyond the bound the
+// answer is 413, not a 502 blaming the sandbox.
+func TestE2BRouteBodyBound(t *testing.T) {
+	e := newHostEnv(t)
+	good := e.srv.sign(t, token.Claims{SandboxID: e.sid, Scope: token.ScopeEnvd})
+	rec := httptest.NewRecorder()
+	body := http.MaxBytesReader(rec, io.NopCloser(strings.NewReader(strings.Repeat("x", 1<<20))), 1024)
+	req := httptest.NewRequestWithContext(testContext(t), "POST", "/e2b/"+e.sid+"/49983/process.Process/List", body)
+	req.Header.Set(e2bTokenHeader, good)
+	req.Header.Set("Content-Type", "application/json")
+	req.SetPathValue("sid", e.sid)
+	req.SetPathValue("port", "49983")
+	req.SetPathValue("path", "process.Process/List")
+	e.tw.w.handleE2B(rec, req)
+	if rec.Code != http.StatusRequestEntityTooLarge || !strings.Contains(rec.Body.String(), "larger than 1024 bytes") {
+		t.Fatalf("bounded body: %d %s; want 413 naming the bound", rec.Code, rec.Body)
 	}
 }
