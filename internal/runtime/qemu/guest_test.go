@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -99,10 +100,8 @@ func TestConfinement(t *testing.T) {
 		}
 	}
 	for _, k := range []string{"Uid", "Gid"} {
-		for _, id := range strings.Fields(fields[k]) {
-			if id == "0" {
-				t.Errorf("QEMU %s: %s; want no root id", k, fields[k])
-			}
+		if slices.Contains(strings.Fields(fields[k]), "0") {
+			t.Errorf("QEMU %s: %s; want no root id", k, fields[k])
 		}
 	}
 	want := map[string]string{"Seccomp": "2", "NoNewPrivs": "1", "CapEff": "0000000000000000", "CapPrm": "0000000000000000"}
