@@ -220,6 +220,9 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		status, code, msg = http.StatusConflict, apitypes.CodeConflict, err.Error()
 	case errors.Is(err, model.ErrUnprocessable), errors.Is(err, model.ErrInvalid):
 		status, code, msg = http.StatusUnprocessableEntity, apitypes.CodeUnprocessable, err.Error()
+	case errors.Is(err, model.ErrQuotaExceeded):
+		// No Retry-After: waiting does not help, freeing something does.
+		status, code, msg = http.StatusTooManyRequests, apitypes.CodeQuotaExceeded, err.Error()
 	case errors.Is(err, model.ErrRateLimited):
 		status, code, msg = http.StatusTooManyRequests, apitypes.CodeRateLimited, err.Error()
 		retry := time.Second

@@ -277,7 +277,7 @@ func TestCreateDefaultsAndIDs(t *testing.T) {
 	if !regexp.MustCompile(`^sb-[a-z2-7]{26}$`).MatchString(sb.ID) || !regexp.MustCompile(`^op-[a-z2-7]{26}$`).MatchString(op.ID) {
 		t.Fatalf("ids %q %q do not have the fixed form", sb.ID, op.ID)
 	}
-	want := model.Resources{VCPUs: 1, MemoryMiB: 512}
+	want := model.Resources{VCPUs: 1, MemoryMiB: 512, DiskMiB: 4096}
 	if sb.Resources != want || sb.Runtime != "gvisor" || sb.State != model.StatePending || sb.DesiredState != model.StateRunning ||
 		sb.TemplateDigest != baseDigest || sb.OrgID != service.DefaultOrgID || sb.ExpiresAt == nil || sb.Env["A"] != "1" {
 		t.Fatalf("sandbox %+v", sb)

@@ -50,7 +50,11 @@ func (s *server) getOrg(w http.ResponseWriter, r *http.Request, p service.Princi
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, org)
+	usage, err := s.svc.OrgUsage(r.Context(), org.ID)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, apitypes.Org{Org: org, Usage: usage})
 }
 
 func (s *server) updateOrg(w http.ResponseWriter, r *http.Request, p service.Principal) error {
@@ -62,7 +66,11 @@ func (s *server) updateOrg(w http.ResponseWriter, r *http.Request, p service.Pri
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, org)
+	usage, err := s.svc.OrgUsage(r.Context(), org.ID)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, apitypes.Org{Org: org, Usage: usage})
 }
 
 // createCheckpoint serves POST /v1/sandboxes/{id}/checkpoints {name}: 202

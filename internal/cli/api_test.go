@@ -150,7 +150,7 @@ func TestSandboxCreateWaitsAndPrintsJSON(t *testing.T) {
 	if sb.State != model.StateRunning || op.State != model.OpSucceeded || op.Kind != model.OpCreate {
 		t.Errorf("after waiting: sandbox %s, operation %s %s; want running, create succeeded", sb.State, op.Kind, op.State)
 	}
-	if sb.Env["A"] != "1" || sb.Metadata["team"] != "red" || sb.Resources != (model.Resources{VCPUs: 2, MemoryMiB: 1024}) || sb.TimeoutS != 600 {
+	if sb.Env["A"] != "1" || sb.Metadata["team"] != "red" || sb.Resources != (model.Resources{VCPUs: 2, MemoryMiB: 1024, DiskMiB: 4096}) || sb.TimeoutS != 600 {
 		t.Errorf("request not carried: env %v metadata %v resources %+v timeout %d", sb.Env, sb.Metadata, sb.Resources, sb.TimeoutS)
 	}
 	if sb.TemplateDigest != testDigest {

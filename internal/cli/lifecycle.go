@@ -5,10 +5,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/airlock/airlock/internal/api/apitypes"
 	"github.com/airlock/airlock/internal/client"
 	"github.com/airlock/airlock/internal/model"
 )
@@ -120,19 +122,39 @@ func (f *idleFlag) Set(s string) error {
 
 var orgSetCmd = &command{
 	name:    "org set",
-	args:    "<org-id> [--features a,b] [--idle-suspend-after 6h|0|default] [--json]",
-	summary: "change an org's feature gates (default org admins) or idle auto-suspend delay (its admins)",
+	args:    "<org-id> [--features a,b] [--idle-suspend-after 6h|0|default] [--max-sandboxes N] [--max-vcpus N] [--max-memory-mib N] [--max-disk-mib N] [--max-checkpoints N] [--max-transfers N] [--json]",
+	summary: "change an org's feature gates and quotas (default org admins) or idle auto-suspend delay (its admins)",
 	setup: func(fs *flag.FlagSet) func(context.Context, *runner, []string) error {
 		features := fs.String("features", "", "comma-separated `list` of feature gates to turn on (replaces the current ones; \"\" turns all off); known: snapshots, unsigned_imports")
 		idle := &idleFlag{allowDef: true}
 		fs.Var(idle, "idle-suspend-after", "suspend the org's new sandboxes after this long without activity (`duration`; 0 never; default: 6h)")
+		quotas := map[string]*int{}
+		for _, q := range []struct{ name, help string }{
+			{"max-sandboxes", "sandboxes holding capacity (all but suspended, failed, deleted)"},
+			{"max-vcpus", "vCPUs of those sandboxes"},
+			{"max-memory-mib", "memory of those sandboxes, MiB"},
+			{"max-disk-mib", "disk_mib of all the org's sandboxes (suspended ones too), MiB"},
+			{"max-checkpoints", "stored checkpoints"},
+			{"max-transfers", "checkpoint exports and imports in progress"},
+		} {
+			quotas[q.name] = fs.Int(q.name, 0, "quota: at most `N` "+q.help+"; 0 is unlimited")
+		}
 		asJSON := fs.Bool("json", false, "print the org as JSON")
 		return func(ctx context.Context, r *runner, args []string) error {
 			if len(args) != 1 {
 				return usagef("org set", "want exactly one org id, got %d arguments", len(args))
 			}
 			var req client.UpdateOrgRequest
+			var qp apitypes.QuotasPatch
+			quota := map[string]**int{
+				"max-sandboxes": &qp.Sandboxes, "max-vcpus": &qp.VCPUs, "max-memory-mib": &qp.MemoryMiB,
+				"max-disk-mib": &qp.DiskMiB, "max-checkpoints": &qp.Checkpoints, "max-transfers": &qp.Transfers,
+			}
 			fs.Visit(func(f *flag.Flag) {
+				if dst, ok := quota[f.Name]; ok {
+					*dst = quotas[f.Name]
+					req.Quotas = &qp
+				}
 				if f.Name == "features" {
 					list := []string{}
 					for _, s := range strings.Split(*features, ",") {
@@ -146,8 +168,8 @@ var orgSetCmd = &command{
 			if idle.set {
 				req.IdleSuspendAfterS = &idle.secs
 			}
-			if req.Features == nil && req.IdleSuspendAfterS == nil {
-				return usagef("org set", "nothing to change: give --features and/or --idle-suspend-after")
+			if req.Features == nil && req.IdleSuspendAfterS == nil && req.Quotas == nil {
+				return usagef("org set", "nothing to change: give --features, --idle-suspend-after and/or a --max-… quota")
 			}
 			c, err := r.client()
 			if err != nil {
@@ -169,7 +191,7 @@ var orgSetCmd = &command{
 var orgGetCmd = &command{
 	name:    "org get",
 	args:    "<org-id> [--json]",
-	summary: "show an org and its settings",
+	summary: "show an org, its settings, and its usage against its quotas",
 	setup: func(fs *flag.FlagSet) func(context.Context, *runner, []string) error {
 		asJSON := fs.Bool("json", false, "print the org as JSON")
 		return func(ctx context.Context, r *runner, args []string) error {
@@ -193,7 +215,7 @@ var orgGetCmd = &command{
 	},
 }
 
-func printOrg(w io.Writer, org model.Org) {
+func printOrg(w io.Writer, org apitypes.Org) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
 	row("ID", org.ID)
@@ -208,6 +230,20 @@ func printOrg(w io.Writer, org model.Org) {
 		idle = idleText(*org.IdleSuspendS)
 	}
 	row("Idle suspend", idle)
+	q, u := org.Quotas, org.Usage
+	for _, l := range []struct {
+		name        string
+		used, limit int
+	}{
+		{"Sandboxes", u.Sandboxes, q.Sandboxes}, {"vCPUs", u.VCPUs, q.VCPUs}, {"Memory MiB", u.MemoryMiB, q.MemoryMiB},
+		{"Disk MiB", u.DiskMiB, q.DiskMiB}, {"Checkpoints", u.Checkpoints, q.Checkpoints}, {"Transfers", u.Transfers, q.Transfers},
+	} {
+		limit := "unlimited"
+		if l.limit > 0 {
+			limit = strconv.Itoa(l.limit)
+		}
+		row(l.name, fmt.Sprintf("%d of %s", l.used, limit))
+	}
 	row("Created", stamp(org.CreatedAt))
 	tw.Flush()
 }

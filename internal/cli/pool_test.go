@@ -34,7 +34,7 @@ func TestPoolCommands(t *testing.T) {
 		t.Fatalf("pool set: %q", out)
 	}
 	p := e.waitPool("base:latest", 2)
-	if p.Digest != testDigest || p.Resources != (model.Resources{VCPUs: 1, MemoryMiB: 512}) {
+	if p.Digest != testDigest || p.Resources != (model.Resources{VCPUs: 1, MemoryMiB: 512, DiskMiB: 4096}) {
 		t.Fatalf("pool = %+v", p)
 	}
 	out := e.mustRun("pool", "ls")

@@ -91,6 +91,8 @@ func (e *APIError) Is(target error) bool {
 		return e.Status == http.StatusRequestEntityTooLarge
 	case model.ErrRateLimited:
 		return e.Status == http.StatusTooManyRequests
+	case model.ErrQuotaExceeded:
+		return e.Status == http.StatusTooManyRequests && e.Code == "quota_exceeded"
 	case model.ErrUnavailable:
 		return e.Status == http.StatusServiceUnavailable
 	}
@@ -398,17 +400,17 @@ func (c *Client) ListOrgs(ctx context.Context) ([]model.Org, error) {
 	return out.Orgs, err
 }
 
-// GetOrg returns one org.
-func (c *Client) GetOrg(ctx context.Context, id string) (model.Org, error) {
-	var out model.Org
+// GetOrg returns one org with its quotas and usage.
+func (c *Client) GetOrg(ctx context.Context, id string) (apitypes.Org, error) {
+	var out apitypes.Org
 	err := c.do(ctx, http.MethodGet, "/v1/orgs/"+url.PathEscape(id), nil, nil, &out)
 	return out, err
 }
 
 // UpdateOrg changes an org's settings (absent fields are kept) and returns
-// the org as stored.
-func (c *Client) UpdateOrg(ctx context.Context, id string, req UpdateOrgRequest) (model.Org, error) {
-	var out model.Org
+// the org as stored, with its usage.
+func (c *Client) UpdateOrg(ctx context.Context, id string, req UpdateOrgRequest) (apitypes.Org, error) {
+	var out apitypes.Org
 	err := c.do(ctx, http.MethodPatch, "/v1/orgs/"+url.PathEscape(id), nil, req, &out)
 	return out, err
 }

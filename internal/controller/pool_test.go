@@ -105,7 +105,7 @@ func TestPoolFillClaimRefill(t *testing.T) {
 	if len(members) != 3 {
 		t.Fatalf("filled pool has %d members, want 3", len(members))
 	}
-	if p := e.poolStatus(); p.Ready != 3 || p.Starting != 0 || p.Size != 3 || p.Template != "base:latest" || p.Resources != (model.Resources{VCPUs: 1, MemoryMiB: 512}) {
+	if p := e.poolStatus(); p.Ready != 3 || p.Starting != 0 || p.Size != 3 || p.Template != "base:latest" || p.Resources != (model.Resources{VCPUs: 1, MemoryMiB: 512, DiskMiB: 4096}) {
 		t.Fatalf("pool status = %+v, want 3 ready", p)
 	}
 

@@ -6,10 +6,13 @@ package model
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base32"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -259,16 +262,16 @@ type Org struct {
 // Quotas are an org's limits; 0 in a field means unlimited. Sandboxes,
 // VCPUs and MemoryMiB count the sandboxes that hold a worker's capacity
 // (every state but suspended, failed, deleting and deleted); DiskMiB counts
-// the disk_mib of every sandbox not deleted (a suspended sandbox's disk is
-// in its snapshot); Checkpoints counts the stored checkpoints of the org's
+// the disk_mib of every sandbox not deleted or being deleted (a suspended
+// sandbox's disk is in its snapshot); Checkpoints counts the stored checkpoints of the org's
 // sandboxes; Transfers counts checkpoint exports and imports in progress.
 type Quotas struct {
-	Sandboxes   int `json:"sandboxes,omitempty"`
-	VCPUs       int `json:"vcpus,omitempty"`
-	MemoryMiB   int `json:"memory_mib,omitempty"`
-	DiskMiB     int `json:"disk_mib,omitempty"`
-	Checkpoints int `json:"checkpoints,omitempty"`
-	Transfers   int `json:"transfers,omitempty"`
+	Sandboxes   int `json:"sandboxes"`
+	VCPUs       int `json:"vcpus"`
+	MemoryMiB   int `json:"memory_mib"`
+	DiskMiB     int `json:"disk_mib"`
+	Checkpoints int `json:"checkpoints"`
+	Transfers   int `json:"transfers"`
 }
 
 // FeatureSnapshots gates checkpoints, rollback, fork and export/import.
@@ -328,16 +331,22 @@ type Event struct {
 }
 
 // CommandSpec is what a client asked to run. It travels, signed, inside the
-// command session token from the server to the worker.
+// command session token from the server to the worker. Env is the
+// command's own env only: the sandbox's env reaches the worker with its
+// assignment, and SandboxEnv (EnvDigest of the sandbox env the server saw)
+// lets the worker wait for an assignment it has not synced yet (a warm-pool
+// claim sets the env of a running sandbox), so a token's size does not
+// depend on the sandbox env.
 type CommandSpec struct {
-	ID        string            `json:"id"`
-	SandboxID string            `json:"sandbox_id"`
-	Argv      []string          `json:"argv"`
-	Env       map[string]string `json:"env,omitempty"`
-	Cwd       string            `json:"cwd,omitempty"`
-	User      string            `json:"user,omitempty"`
-	Stdin     bool              `json:"stdin,omitempty"`
-	TimeoutS  int               `json:"timeout_s,omitempty"`
+	ID         string            `json:"id"`
+	SandboxID  string            `json:"sandbox_id"`
+	Argv       []string          `json:"argv"`
+	Env        map[string]string `json:"env,omitempty"`
+	SandboxEnv string            `json:"sandbox_env,omitempty"`
+	Cwd        string            `json:"cwd,omitempty"`
+	User       string            `json:"user,omitempty"`
+	Stdin      bool              `json:"stdin,omitempty"`
+	TimeoutS   int               `json:"timeout_s,omitempty"`
 }
 
 // Pool is the configuration of one warm pool: Size running sandboxes of the
@@ -351,6 +360,27 @@ type Pool struct {
 	Resources Resources `json:"resources"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// EnvDigest is a short digest of env (sha256 over its sorted pairs; "" for
+// an empty env).
+func EnvDigest(env map[string]string) string {
+	if len(env) == 0 {
+		return ""
+	}
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	h := sha256.New()
+	for _, k := range keys {
+		h.Write([]byte(k))
+		h.Write([]byte{0})
+		h.Write([]byte(env[k]))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)

@@ -24,6 +24,9 @@ const SessionTTL = time.Hour
 const (
 	MaxArgs     = 4096
 	MaxCmdBytes = 256 << 10
+	// MaxCommandBytes bounds a command's spec as its token carries it (JSON),
+	// so that every token fits the worker's 1 MiB header limit.
+	MaxCommandBytes = 384 << 10
 )
 
 // runningSandbox returns the caller's sandbox and the worker serving it, or
@@ -141,22 +144,18 @@ func (s *Service) CreateCommand(ctx context.Context, p Principal, sandboxID stri
 	if err != nil {
 		return apitypes.CommandSession{}, err
 	}
-	// The sandbox's env travels with the command too (the worker merges the
-	// same way): a sandbox just claimed from a warm pool got its env in the
-	// claim, which its worker may not have synced yet.
-	env := req.Env
-	if len(sb.Env) > 0 {
-		env = make(map[string]string, len(sb.Env)+len(req.Env))
-		for k, v := range sb.Env {
-			env[k] = v
-		}
-		for k, v := range req.Env {
-			env[k] = v
-		}
-	}
+	// The sandbox's env is not in the token: the worker has it from the
+	// sandbox's assignment and merges it under the command's. Its digest
+	// is, so that the worker waits for the assignment of a sandbox just
+	// claimed from a warm pool (the claim sets its env).
 	spec := model.CommandSpec{
-		ID: model.NewID("cmd"), SandboxID: sb.ID, Argv: argv, Env: env, Cwd: req.Cwd,
-		User: req.User, Stdin: req.Stdin, TimeoutS: req.TimeoutS,
+		ID: model.NewID("cmd"), SandboxID: sb.ID, Argv: argv, Env: req.Env, Cwd: req.Cwd,
+		User: req.User, Stdin: req.Stdin, TimeoutS: req.TimeoutS, SandboxEnv: model.EnvDigest(sb.Env),
+	}
+	if enc, err := json.Marshal(spec); err != nil {
+		return apitypes.CommandSession{}, fmt.Errorf("encode command: %w", err)
+	} else if len(enc) > MaxCommandBytes {
+		return apitypes.CommandSession{}, model.Errorf(model.ErrUnprocessable, "the command (argv or cmd, env, cwd and user) is %d bytes encoded; at most %d are allowed; pass large input on stdin or as a file", len(enc), MaxCommandBytes)
 	}
 	exp := s.now().Add(SessionTTL).Truncate(time.Second)
 	tok, err := s.sign(ctx, token.Claims{SandboxID: sb.ID, OrgID: sb.OrgID, Scope: token.ScopeCommand, Command: &spec, Expires: exp.Unix(), Worker: w.ID})

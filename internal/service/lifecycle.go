@@ -62,6 +62,9 @@ func (s *Service) lifecycle(ctx context.Context, p Principal, id string, kind mo
 // sandbox's idle clock restarts, and a new operation wakes the controller.
 func (s *Service) requestLifecycle(ctx context.Context, req LifecycleRequest) (model.Operation, error) {
 	req.Now, req.Deadline = s.now(), s.deadline()
+	if req.Kind == model.OpWake && req.Guard == nil {
+		req.Guard = s.wakeGuard(ctx)
+	}
 	op, started, err := StartLifecycle(ctx, s.Store, s.Events, req)
 	if err != nil {
 		return model.Operation{}, err
@@ -82,7 +85,7 @@ func (s *Service) autoWake(ctx context.Context, sb model.Sandbox, what string) e
 	}
 	_, started, err := StartLifecycle(ctx, s.Store, s.Events, LifecycleRequest{
 		SandboxID: sb.ID, Kind: model.OpWake, Join: true, Now: s.now(), Deadline: s.deadline(),
-		Reason: "auto-wake for " + what,
+		Reason: "auto-wake for " + what, Guard: s.wakeGuard(ctx),
 	})
 	if err != nil {
 		return err
@@ -391,6 +394,9 @@ func (s *Service) UpdateOrg(ctx context.Context, p Principal, id string, req api
 	if req.Features != nil && !p.Operator() {
 		return model.Org{}, model.Errorf(model.ErrForbidden, "feature gates are set by admins of the %q org", DefaultOrgName)
 	}
+	if req.Quotas != nil && !p.Operator() {
+		return model.Org{}, model.Errorf(model.ErrForbidden, "quotas are set by admins of the %q org", DefaultOrgName)
+	}
 	org, err := s.GetOrg(ctx, p, id)
 	if err != nil {
 		return model.Org{}, err
@@ -421,6 +427,13 @@ func (s *Service) UpdateOrg(ctx context.Context, p Principal, id string, req api
 		default:
 			org.IdleSuspendS = &v
 		}
+	}
+	if req.Quotas != nil {
+		q, err := patchQuotas(org.Quotas, *req.Quotas)
+		if err != nil {
+			return model.Org{}, err
+		}
+		org.Quotas = q
 	}
 	if err := s.Store.UpdateOrg(ctx, org); err != nil {
 		return model.Org{}, fmt.Errorf("update org %s: %w", id, err)

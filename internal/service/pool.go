@@ -88,7 +88,7 @@ func (s *Service) SetPool(ctx context.Context, p Principal, template string, req
 	if req.Size < 0 || req.Size > MaxPoolSize {
 		return apitypes.Pool{}, model.Errorf(model.ErrUnprocessable, "size is %d; it must be between 0 and %d", req.Size, MaxPoolSize)
 	}
-	res, err := defaultResources(req.Resources)
+	res, err := s.resources(req.Resources)
 	if err != nil {
 		return apitypes.Pool{}, err
 	}
@@ -134,7 +134,7 @@ func (s *Service) ListPools(ctx context.Context, p Principal) ([]apitypes.Pool, 
 	for _, pl := range pools {
 		ap := apitypes.Pool{Pool: pl}
 		for _, m := range members {
-			if m.Pool != pl.Digest || !countsInPool(m) || m.Resources != pl.Resources {
+			if m.Pool != pl.Digest || !countsInPool(m) || fullResources(m.Resources) != fullResources(pl.Resources) {
 				continue
 			}
 			if m.State == model.StateRunning {
@@ -196,7 +196,7 @@ func (s *Service) claim(ctx context.Context, want model.Sandbox, idempotencyKey 
 	}
 	matched := false
 	for _, pl := range pools {
-		if pl.Digest == want.TemplateDigest && pl.Resources == want.Resources && pl.Size > 0 {
+		if pl.Digest == want.TemplateDigest && fullResources(pl.Resources) == fullResources(want.Resources) && pl.Size > 0 {
 			matched = true
 		}
 	}
@@ -209,7 +209,7 @@ func (s *Service) claim(ctx context.Context, want model.Sandbox, idempotencyKey 
 	}
 	for _, m := range members {
 		if m.Pool != want.TemplateDigest || m.State != model.StateRunning || m.DesiredState != model.StateRunning ||
-			m.Resources != want.Resources || m.Runtime != want.Runtime || m.WorkerID == "" {
+			fullResources(m.Resources) != fullResources(want.Resources) || m.Runtime != want.Runtime || m.WorkerID == "" {
 			continue
 		}
 		now := s.now()

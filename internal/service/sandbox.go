@@ -48,18 +48,9 @@ func (s *Service) CreateSandbox(ctx context.Context, p Principal, req apitypes.C
 	if err != nil {
 		return model.Sandbox{}, model.Operation{}, err
 	}
-	res := req.Resources
-	if res.VCPUs == 0 {
-		res.VCPUs = DefaultVCPUs
-	}
-	if res.MemoryMiB == 0 {
-		res.MemoryMiB = DefaultMemoryMiB
-	}
-	if res.VCPUs < MinVCPUs || res.VCPUs > MaxVCPUs {
-		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "resources.vcpus is %d; it must be between %d and %d", res.VCPUs, MinVCPUs, MaxVCPUs)
-	}
-	if res.MemoryMiB < MinMemoryMiB || res.MemoryMiB > MaxMemoryMiB {
-		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "resources.memory_mib is %d; it must be between %d and %d", res.MemoryMiB, MinMemoryMiB, MaxMemoryMiB)
+	res, err := s.resources(req.Resources)
+	if err != nil {
+		return model.Sandbox{}, model.Operation{}, err
 	}
 	sb, err := s.newSandbox(ctx, p, req)
 	if err != nil {
@@ -76,6 +67,11 @@ func (s *Service) CreateSandbox(ctx context.Context, p Principal, req apitypes.C
 	sb.ID = model.NewID("sb")
 	sb.Template, sb.TemplateDigest, sb.Runtime, sb.Resources = ref, tpl.Digest, rt, res
 	op := s.createOp(sb, model.OpCreate)
+	unlock := s.lockOrg(p.OrgID)
+	defer unlock()
+	if err := s.admit(ctx, p.OrgID, res, 1); err != nil {
+		return model.Sandbox{}, model.Operation{}, err
+	}
 	// A running warm-pool member that matches is handed over at once.
 	if csb, cop, ok, err := s.claim(ctx, sb, idempotencyKey); err != nil {
 		return model.Sandbox{}, model.Operation{}, err
@@ -186,6 +182,9 @@ func (s *Service) resolveTemplate(ctx context.Context, ref string) (model.Templa
 }
 
 func validateEnv(field string, env map[string]string) error {
+	if n := envSize(env); n > MaxEnvBytes {
+		return model.Errorf(model.ErrUnprocessable, "%s is %d bytes (keys and values); at most %d are allowed; pass large data as a file instead", field, n, MaxEnvBytes)
+	}
 	for k, v := range env {
 		if k == "" || len(k) > MaxKeyLen || strings.ContainsAny(k, "=\x00") {
 			return model.Errorf(model.ErrUnprocessable, "%s key %q is invalid; keys must be 1 to %d characters without '=' or NUL", field, k, MaxKeyLen)

@@ -62,8 +62,21 @@ type Service struct {
 	RateBurst int
 	// Now returns the current time (nil: time.Now).
 	Now func() time.Time
+	// MaxDiskMiB is the largest resources.disk_mib a create may ask for
+	// (0: DefaultMaxDiskMiB).
+	MaxDiskMiB int
+	// CreateRate is each org's sustained rate of create, fork and import
+	// requests per second and CreateBurst its bucket size (0:
+	// DefaultCreateRate, DefaultCreateBurst; CreateRate < 0 disables it).
+	CreateRate  float64
+	CreateBurst int
 
 	limiter limiter
+	// Quotas (quota.go).
+	createLimiter limiter
+	transfers     counter
+	orgLocks      sync.Map // org id → *sync.Mutex
+
 	keyOnce sync.Once
 	keyFn   func(ctx context.Context) ([]byte, error)
 }

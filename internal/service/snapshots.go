@@ -98,6 +98,9 @@ func (s *Service) CreateCheckpoint(ctx context.Context, p Principal, id, name st
 	if !checkpointName.MatchString(name) {
 		return model.Operation{}, model.Errorf(model.ErrUnprocessable, "checkpoint name %q is invalid: use 1-63 of a-z, 0-9, '.', '_' and '-', starting with a letter or digit", name)
 	}
+	if err := s.admitCheckpoint(ctx, sb.OrgID); err != nil {
+		return model.Operation{}, err
+	}
 	return s.requestLifecycle(ctx, LifecycleRequest{
 		SandboxID: sb.ID, Kind: model.OpCheckpoint,
 		Task: &model.Task{Checkpoint: name},
@@ -193,6 +196,11 @@ func (s *Service) ForkSandboxes(ctx context.Context, p Principal, req apitypes.C
 	}
 	base.Template, base.TemplateDigest, base.Runtime, base.Resources = src.Template, src.TemplateDigest, src.Runtime, src.Resources
 	base.Source = &model.Source{WorkerID: src.WorkerID, SandboxID: src.ID, Checkpoint: cp.Name, SnapshotID: cp.SnapshotID}
+	unlock := s.lockOrg(p.OrgID)
+	defer unlock()
+	if err := s.admit(ctx, p.OrgID, base.Resources, count); err != nil {
+		return nil, err
+	}
 	out := make([]apitypes.CreateSandboxResponse, 0, count)
 	for i := range count {
 		sb := base
@@ -233,6 +241,9 @@ func (s *Service) newSandbox(ctx context.Context, p Principal, req apitypes.Crea
 	}
 	idle, err := s.idleSuspend(ctx, p.OrgID, req.IdleSuspendAfterS)
 	if err != nil {
+		return model.Sandbox{}, err
+	}
+	if err := s.allowCreate(p.OrgID); err != nil {
 		return model.Sandbox{}, err
 	}
 	now := s.now()
@@ -288,6 +299,16 @@ func (s *Service) ExportCheckpoint(ctx context.Context, p Principal, id, name st
 	if err != nil {
 		return Export{}, err
 	}
+	done, err := s.startTransfer(ctx, sb.OrgID)
+	if err != nil {
+		return Export{}, err
+	}
+	handed := false // to the caller, with Body
+	defer func() {
+		if !handed {
+			done()
+		}
+	}()
 	req, err := s.workerRequest(ctx, w, sb, token.Claims{Scope: token.ScopeSnapshot, Snapshot: cp.SnapshotID},
 		http.MethodGet, "/snapshots/"+url.PathEscape(cp.SnapshotID)+"/export", nil)
 	if err != nil {
@@ -307,7 +328,8 @@ func (s *Service) ExportCheckpoint(ctx context.Context, p Principal, id, name st
 		return Export{}, fmt.Errorf("export checkpoint %q of %s from worker %s: %w", name, id, w.ID, err)
 	}
 	s.touch(ctx, sb.ID)
-	return Export{Body: readCloser{body, resp.Body}, Size: size, Filename: sb.ID + "-" + name + ".tar"}, nil
+	handed = true
+	return Export{Body: readCloser{body, doneCloser{resp.Body, done}}, Size: size, Filename: sb.ID + "-" + name + ".tar"}, nil
 }
 
 // signArchive returns archive (of size bytes, -1 if unknown) with the
@@ -387,6 +409,11 @@ func (s *Service) ImportSandbox(ctx context.Context, p Principal, req apitypes.C
 	if len(idempotencyKey) > MaxIdempotencyKey {
 		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "Idempotency-Key is longer than %d characters", MaxIdempotencyKey)
 	}
+	done, err := s.startTransfer(ctx, p.OrgID)
+	if err != nil {
+		return model.Sandbox{}, model.Operation{}, err
+	}
+	defer done()
 	m, stream, err := s.peekManifest(ctx, p.OrgID, archive)
 	if err != nil {
 		return model.Sandbox{}, model.Operation{}, err
@@ -420,6 +447,9 @@ func (s *Service) ImportSandbox(ctx context.Context, p Principal, req apitypes.C
 	sb.Resources = model.Resources{VCPUs: m.VCPUs, MemoryMiB: m.MemoryMiB}
 	if sb.Resources.VCPUs < MinVCPUs || sb.Resources.VCPUs > MaxVCPUs || sb.Resources.MemoryMiB < MinMemoryMiB || sb.Resources.MemoryMiB > MaxMemoryMiB {
 		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "the archive's resources (%d vCPUs, %d MiB) are outside what a sandbox may have", m.VCPUs, m.MemoryMiB)
+	}
+	if err := s.admit(ctx, p.OrgID, sb.Resources, 1); err != nil {
+		return model.Sandbox{}, model.Operation{}, err
 	}
 	workers, err := s.Store.ListWorkers(ctx)
 	if err != nil {

@@ -352,6 +352,7 @@ func (w *Worker) restoreFrom(ctx context.Context, s model.Sandbox, m snapshot.Ma
 		RootFS:    rootfs,
 		VCPUs:     s.Resources.VCPUs,
 		MemoryMiB: s.Resources.MemoryMiB,
+		DiskMiB:   s.Resources.DiskMiB,
 		Hostname:  s.ID,
 	}
 	defer func() {
@@ -428,6 +429,39 @@ type wakeCall struct {
 // or suspended sandbox is woken through the server (which may refuse: the
 // request then fails with its message, a conflict), and one in transition
 // (starting, suspending, waking) is waited for, at most WakeWaitTimeout.
+// EnvSyncTimeout bounds how long an attach waits for the assignment that
+// carries the sandbox env its command token was signed against.
+const EnvSyncTimeout = 30 * time.Second
+
+// awaitEnv returns the env of sandbox id once it is the one whose
+// model.EnvDigest is digest: a command signed right after a warm-pool claim
+// can reach the worker before the Sync that brings the claimed env.
+func (w *Worker) awaitEnv(ctx context.Context, id, digest string) (map[string]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, EnvSyncTimeout)
+	defer cancel()
+	for {
+		changed := w.stateChanged()
+		w.mu.Lock()
+		var env map[string]string
+		sb := w.sandboxes[id]
+		if sb != nil {
+			env = sb.env
+		}
+		w.mu.Unlock()
+		if sb == nil {
+			return nil, model.Errorf(model.ErrNotFound, "sandbox %s is not on this worker", id)
+		}
+		if model.EnvDigest(env) == digest {
+			return env, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, model.Errorf(model.ErrUnavailable, "sandbox %s: this worker has not received the sandbox's current env from the server yet; retry", id)
+		}
+	}
+}
+
 func (w *Worker) awaitAgent(ctx context.Context, id string) (*agentclient.Client, map[string]string, error) {
 	w.touch(id)
 	ctx, cancel := context.WithTimeout(ctx, WakeWaitTimeout)

@@ -35,7 +35,13 @@ func templateImageKey(s model.Sandbox, rt string) string {
 	if len(d) > 24 {
 		d = d[:24]
 	}
-	return fmt.Sprintf("%s%s-%s-%dx%d", templateSnapshotPrefix, d, rt, s.Resources.VCPUs, s.Resources.MemoryMiB)
+	key := fmt.Sprintf("%s%s-%s-%dx%d", templateSnapshotPrefix, d, rt, s.Resources.VCPUs, s.Resources.MemoryMiB)
+	if s.Resources.DiskMiB != 0 {
+		// The image holds the guest's disk (QEMU) or its overlay's size
+		// limit (gVisor): sandboxes of another disk size need their own.
+		key += fmt.Sprintf("x%d", s.Resources.DiskMiB)
+	}
+	return key
 }
 
 // templateImage returns the committed image for s when its runtime uses
@@ -96,7 +102,7 @@ func (w *Worker) buildTemplateImage(ctx context.Context, s model.Sandbox, rt, ke
 	defer cancel()
 	t0 := time.Now()
 	id := builderID()
-	spec := runtime.Spec{ID: id, Runtime: rt, RootFS: rootfs, VCPUs: s.Resources.VCPUs, MemoryMiB: s.Resources.MemoryMiB, Hostname: id}
+	spec := runtime.Spec{ID: id, Runtime: rt, RootFS: rootfs, VCPUs: s.Resources.VCPUs, MemoryMiB: s.Resources.MemoryMiB, DiskMiB: s.Resources.DiskMiB, Hostname: id}
 	defer func() {
 		if derr := w.cfg.Driver.Delete(context.WithoutCancel(ctx), id); derr != nil {
 			w.log.Warn("release template image builder", "id", id, "err", derr)

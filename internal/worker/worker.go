@@ -605,6 +605,9 @@ func (w *Worker) reconcile(ctx context.Context, as []workerapi.Assignment) {
 		sb.spec = a.Sandbox
 		// Every assignment: a warm-pool claim changes the env of a running
 		// sandbox, and commands and envd must see the new one.
+		if model.EnvDigest(sb.env) != model.EnvDigest(a.Sandbox.Env) {
+			w.changed() // an attach may wait for this env (awaitEnv)
+		}
 		sb.env = a.Sandbox.Env
 		if t := a.Sandbox.Task; t == nil || sb.taskResult != nil && sb.taskResult.OperationID != t.OperationID {
 			sb.taskResult = nil // the server has the outcome

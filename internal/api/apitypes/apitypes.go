@@ -171,6 +171,36 @@ type UpdateOrgRequest struct {
 	// IdleSuspendAfterS is the idle auto-suspend delay of the org's new
 	// sandboxes in seconds: 0 never suspends, -1 returns to the default (6 h).
 	IdleSuspendAfterS *int64 `json:"idle_suspend_after_s,omitempty"`
+	// Quotas sets the org's quotas, field by field (absent fields are left
+	// as they are; 0 is unlimited); operators only.
+	Quotas *QuotasPatch `json:"quotas,omitempty"`
+}
+
+// QuotasPatch is a partial model.Quotas.
+type QuotasPatch struct {
+	Sandboxes   *int `json:"sandboxes,omitempty"`
+	VCPUs       *int `json:"vcpus,omitempty"`
+	MemoryMiB   *int `json:"memory_mib,omitempty"`
+	DiskMiB     *int `json:"disk_mib,omitempty"`
+	Checkpoints *int `json:"checkpoints,omitempty"`
+	Transfers   *int `json:"transfers,omitempty"`
+}
+
+// Org is an org as GET /v1/orgs/{id} and PATCH return it: its settings,
+// its quotas and what it uses of them.
+type Org struct {
+	model.Org
+	Usage OrgUsage `json:"usage"`
+}
+
+// OrgUsage is what an org's sandboxes hold, in the units of model.Quotas.
+type OrgUsage struct {
+	Sandboxes   int `json:"sandboxes"`
+	VCPUs       int `json:"vcpus"`
+	MemoryMiB   int `json:"memory_mib"`
+	DiskMiB     int `json:"disk_mib"`
+	Checkpoints int `json:"checkpoints"`
+	Transfers   int `json:"transfers"`
 }
 
 // CreateKeyRequest is the body of POST /v1/orgs/{id}/keys.
@@ -214,6 +244,7 @@ const (
 	CodeTooLarge      = "too_large"
 	CodeUnprocessable = "unprocessable"
 	CodeRateLimited   = "rate_limited"
+	CodeQuotaExceeded = "quota_exceeded"
 	CodeUnavailable   = "unavailable"
 	CodeInternal      = "internal"
 )

@@ -110,7 +110,7 @@ func (d *Driver) resumeInPlace(ctx context.Context, id, dir string, paused bool)
 		return fmt.Errorf("open log: %w", err)
 	}
 	defer logf.Close()
-	args := append(d.globalArgs(), d.sandboxArgs(id)...)
+	args := append(d.globalArgs(), d.sandboxArgs(id, d.diskMiB(id))...)
 	args = append(args, "restore", "--image-path="+dir, "--bundle", filepath.Join(sdir, "bundle"), "--detach", id)
 	cmd := exec.CommandContext(ctx, d.cfg.RunscPath, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf

@@ -180,6 +180,7 @@ type state struct {
 	Image     string `json:"image"`
 	MemoryMiB int    `json:"memory_mib"`
 	VCPUs     int    `json:"vcpus"`
+	DiskMiB   int    `json:"disk_mib,omitempty"` // the writable disk's size; 0: Config.DiskMiB
 	Accel     string `json:"accel"`
 	Append    string `json:"append"`
 }
@@ -361,8 +362,9 @@ func (d *Driver) Start(ctx context.Context, spec runtime.Spec) (runtime.Sandbox,
 	st := state{
 		ID: spec.ID, RootFS: spec.RootFS, Image: img,
 		MemoryMiB: max(spec.MemoryMiB, 64), VCPUs: max(spec.VCPUs, 1),
-		Accel:  d.Accel(ctx),
-		Append: kernelCmdline(spec),
+		DiskMiB: spec.DiskMiB,
+		Accel:   d.Accel(ctx),
+		Append:  kernelCmdline(spec),
 	}
 	sb, err := d.boot(ctx, st, "")
 	if err != nil {
@@ -414,7 +416,14 @@ func (d *Driver) boot(ctx context.Context, st state, snapshot string) (*sandbox,
 		return nil, fmt.Errorf("write state: %w", err)
 	}
 	if snapshot == "" {
-		if err := setup.MakeExt4(ctx, filepath.Join(dir, "disk.ext4"), int64(d.cfg.DiskMiB)<<20, ""); err != nil {
+		// The guest's writable disk is exactly its disk_mib: a full disk
+		// is ENOSPC inside the guest, and the sparse file on the host
+		// never grows past it.
+		diskMiB := st.DiskMiB
+		if diskMiB <= 0 {
+			diskMiB = d.cfg.DiskMiB
+		}
+		if err := setup.MakeExt4(ctx, filepath.Join(dir, "disk.ext4"), int64(diskMiB)<<20, ""); err != nil {
 			return nil, err
 		}
 	} else {

@@ -116,6 +116,8 @@ func TestConformance(t *testing.T) {
 		// Two cycles still cover waking from running and from paused;
 		// each copies the guest RAM file and disk, slow on a loaded CI box.
 		SuspendWakeCycles: 2,
+		// The guest's RAM file, not its disk.
+		MemoryFiles: []string{"mem.ram"},
 		// virtio-net on the tap in the sandbox's netns.
 		Interfaces: []string{"lo", "eth0"},
 	})

@@ -56,6 +56,10 @@ type Options struct {
 	// SuspendWakeCycles is how many suspend/wake cycles SuspendWake runs
 	// (default 3).
 	SuspendWakeCycles int
+	// MemoryFiles are the base names of files in RunDir/<id> that back the
+	// guest's memory, not its disk (QEMU's "mem.ram"); DiskLimit leaves
+	// them out of the sandbox's disk use on the host.
+	MemoryFiles []string
 }
 
 func (o *Options) defaults() {
@@ -107,6 +111,7 @@ func Run(t *testing.T, d runtime.Driver, opts Options) {
 	t.Run("SuspendWake", s.testSuspendWake)
 	t.Run("Fork", s.testFork)
 	t.Run("RestoreFailure", s.testRestoreFailure)
+	t.Run("DiskLimit", s.testDisk)
 }
 
 type suite struct {
@@ -130,10 +135,16 @@ func (s *suite) spec(id string) runtime.Spec {
 // the test.
 func (s *suite) start(t *testing.T) *box {
 	t.Helper()
-	id := s.opts.NewID()
+	return s.startSpec(t, s.spec(s.opts.NewID()))
+}
+
+// startSpec is start with a spec of the caller's.
+func (s *suite) startSpec(t *testing.T, spec runtime.Spec) *box {
+	t.Helper()
+	id := spec.ID
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.BootTimeout)
 	defer cancel()
-	sb, err := s.d.Start(ctx, s.spec(id))
+	sb, err := s.d.Start(ctx, spec)
 	if err != nil {
 		t.Fatalf("Start %s: %v", id, err)
 	}
