@@ -6,12 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/runtime"
 	"github.com/airlock/airlock/internal/runtime/gvisor"
+	"github.com/airlock/airlock/internal/workerapi"
 )
 
 // unavailableDriver is a runtime whose set-up failed, as the qemu one does
@@ -98,5 +100,22 @@ func TestUnavailableRuntimeDoesNotBlockGVisor(t *testing.T) {
 	srv.waitObserved(ctx, id, model.StateDeleted)
 	if ids, err := newDriver().List(ctx); err != nil || slices.Contains(ids, id) {
 		t.Fatalf("after delete, runsc lists %v (%v)", ids, err)
+	}
+
+	// A qemu sandbox placed here anyway (the server learned the runtimes
+	// before the set-up failed) fails at once with the runtime's reason.
+	qid := newSandboxID()
+	srv.mu.Lock()
+	srv.assignments[qid] = workerapi.Assignment{
+		Sandbox: model.Sandbox{ID: qid, Template: "base", TemplateDigest: tmpl.Digest, Runtime: "qemu", State: model.StateStarting,
+			Resources: model.Resources{VCPUs: 1, MemoryMiB: 512}},
+		Desired: model.StateRunning,
+	}
+	srv.version++
+	srv.bump()
+	srv.mu.Unlock()
+	o := srv.waitObserved(ctx, qid, model.StateFailed)
+	if !strings.Contains(o.Reason, "runtime qemu is unavailable on this worker") || !strings.Contains(o.Reason, "must be static") {
+		t.Errorf("qemu sandbox failed with %q, want the runtime's reason", o.Reason)
 	}
 }
