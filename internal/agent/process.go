@@ -258,12 +258,12 @@ func (p *process) signal(sig syscall.Signal) error {
 	p.mu.Unlock()
 	if sig == syscall.SIGKILL || leaderGone {
 		if sig != syscall.SIGKILL {
-			_ = signalTree(pid, p.openOutput, sig)
+			_ = signalTree(pid, p.openOutput, sig, true)
 		}
 		p.killAll()
 		return nil
 	}
-	if err := signalTree(pid, p.openOutput, sig); err != nil {
+	if err := signalTree(pid, p.openOutput, sig, false); err != nil {
 		return fmt.Errorf("signal process group %d: %w", pid, err)
 	}
 	return nil

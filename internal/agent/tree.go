@@ -26,7 +26,10 @@ import (
 // besides the agent itself. pipes are the inodes of the command's output
 // pipes (none for a terminal). The value is whether the pid is in the
 // leader's process group (which one kill(-sid) reaches).
-func treeScan(sid int, pipes []uint64) map[int]bool {
+//
+// With members false only pipe holders are listed: once the session is
+// empty its id may be reused, and its "members" would be strangers.
+func treeScan(sid int, pipes []uint64, members bool) map[int]bool {
 	out := map[int]bool{}
 	d, err := os.Open("/proc")
 	if err != nil {
@@ -48,7 +51,7 @@ func treeScan(sid int, pipes []uint64) map[int]bool {
 		if !ok || state == 'Z' || state == 'X' || state == 'x' {
 			continue
 		}
-		if sess == sid || pgrp == sid {
+		if members && (sess == sid || pgrp == sid) {
 			out[pid] = pgrp == sid
 			continue
 		}
@@ -126,15 +129,20 @@ func pipeInode(f *os.File) uint64 {
 // pipes returns the output pipes to look for, nil once they are closed
 // (looking for their holders reads every process's fds, so it is skipped
 // when it cannot matter).
-func signalTree(sid int, pipes func() []uint64, sig syscall.Signal) error {
-	err := syscall.Kill(-sid, sig)
-	if err == syscall.ESRCH {
-		err = nil
+func signalTree(sid int, pipes func() []uint64, sig syscall.Signal, leaderGone bool) error {
+	var err error
+	// With the leader gone and its session empty, sid may already name
+	// another process's group.
+	members := !leaderGone || len(treeScan(sid, nil, true)) > 0
+	if members {
+		if err = syscall.Kill(-sid, sig); err == syscall.ESRCH {
+			err = nil
+		}
 	}
 	sent := map[int]bool{}
 	for {
 		fresh := 0
-		for pid, inGroup := range treeScan(sid, pipes()) {
+		for pid, inGroup := range treeScan(sid, pipes(), members) {
 			if inGroup || sent[pid] {
 				continue
 			}
@@ -158,11 +166,18 @@ const killTreeLimit = time.Minute
 func killTree(sid int, pipes func() []uint64) bool {
 	deadline := time.Now().Add(killTreeLimit)
 	pause := 100 * time.Microsecond
+	sessionGone := false
 	for {
-		_ = syscall.Kill(-sid, syscall.SIGKILL)
-		left := treeScan(sid, nil)
-		if len(left) == 0 {
-			left = treeScan(sid, pipes()) // the session is empty: anyone else holding the output?
+		var left map[int]bool
+		if !sessionGone {
+			_ = syscall.Kill(-sid, syscall.SIGKILL)
+			left = treeScan(sid, nil, true)
+			// Once the session is empty its id may be reused by a new
+			// process (even a new command): never kill(-sid) again.
+			sessionGone = len(left) == 0
+		}
+		if sessionGone {
+			left = treeScan(sid, pipes(), false) // anyone else holding the output?
 		}
 		if len(left) == 0 {
 			return true
