@@ -10,6 +10,7 @@ package daemon
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"debug/elf"
 	"encoding/hex"
 	"errors"
@@ -104,7 +105,15 @@ func up(ctx context.Context, args []string) error {
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	var warm warmFlag
 	fs.Var(&warm, "warm", warmUsage)
+	tlsf := addTLSFlags(fs, "the API and the data plane")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	tlsCfg, err := tlsf.serverConfig()
+	if err != nil {
+		return err
+	}
+	if err := tlsf.trust(); err != nil {
 		return err
 	}
 	log := newLogger(*logLevel)
@@ -121,6 +130,8 @@ func up(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w (is another airlock running? use --listen)", *listen, err)
 	}
+	tcpAddr := ln.Addr()
+	ln, scheme := listenTLS(ln, tlsCfg)
 	st, err := sqlite.Open(ctx, filepath.Join(*dataDir, "airlock.db"))
 	if err != nil {
 		ln.Close()
@@ -141,7 +152,7 @@ func up(ctx context.Context, args []string) error {
 		}
 		return srv.ctrl.Ready(ctx)
 	}
-	url := "http://" + ln.Addr().String()
+	url := scheme + "://" + ln.Addr().String()
 	errc := make(chan error, 2)
 	go func() { errc <- srv.serve(ctx, ln) }()
 
@@ -153,13 +164,24 @@ func up(ctx context.Context, args []string) error {
 		return err
 	}
 	if *dataListen == "" {
-		*dataListen = nextPort(ln.Addr())
+		*dataListen = nextPort(tcpAddr)
 	}
 	started := time.Now()
-	w, err := newWorker(ctx, workerOptions{
+	wo := workerOptions{
 		dataDir: *dataDir, serverURL: url, token: wt, dataListen: *dataListen,
 		id: workerID, log: log, progress: progress, qemu: *withQEMU, templateImages: runtimeSet(*images),
-	})
+		tls: tlsCfg,
+	}
+	if tlsCfg != nil {
+		// The worker and the server's data-plane calls reach this very
+		// process: they accept exactly its certificate, whatever names it
+		// carries.
+		wo.httpClient = pinnedClient(tlsCfg)
+		svcClient := *wo.httpClient
+		svcClient.Timeout = 30 * time.Second // as the service's default client
+		srv.svc.HTTPClient = &svcClient
+	}
+	w, err := newWorker(ctx, wo)
 	if err != nil {
 		return err
 	}
@@ -193,16 +215,30 @@ func serverCmd(ctx context.Context, args []string) error {
 	listen := fs.String("listen", "127.0.0.1:7070", "address of the API and the worker API")
 	dataDir := fs.String("data-dir", DefaultDataDir(), "directory for the SQLite database and admin.key")
 	db := fs.String("db", "", "database: a postgres:// URL, or a SQLite file path (default <data-dir>/airlock.db)")
-	workerToken := fs.String("worker-token", os.Getenv("AIRLOCK_WORKER_TOKEN"), "shared secret workers authenticate with (or $AIRLOCK_WORKER_TOKEN)")
+	workerToken := fs.String("worker-token", os.Getenv("AIRLOCK_WORKER_TOKEN"), "join token workers register with (or $AIRLOCK_WORKER_TOKEN); prefer --worker-token-file: a command line is visible in ps")
+	workerTokenFile := fs.String("worker-token-file", "", "`file` holding the join token workers register with")
+	forget := fs.String("forget-worker", "", "comma-separated worker `ids` whose credentials to drop at start, so that they can register anew (with the join token) after losing <data-dir>/worker.secret")
 	deadline := fs.Duration("operation-deadline", 0, "how long a lifecycle operation may take (0: 30m)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	var warm warmFlag
 	fs.Var(&warm, "warm", warmUsage+"; a template no worker has yet is retried")
+	tlsf := addTLSFlags(fs, "the API and the worker API")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	var err error
+	if *workerToken, err = secretFlag("worker-token", *workerToken, *workerTokenFile, "AIRLOCK_WORKER_TOKEN"); err != nil {
+		return err
+	}
 	if *workerToken == "" {
-		return errors.New("--worker-token (or AIRLOCK_WORKER_TOKEN) is required: workers authenticate with it")
+		return errors.New("--worker-token-file (or $AIRLOCK_WORKER_TOKEN) is required: workers register with that join token")
+	}
+	tlsCfg, err := tlsf.serverConfig()
+	if err != nil {
+		return err
+	}
+	if err := tlsf.trust(); err != nil {
+		return err
 	}
 	log := newLogger(*logLevel)
 	if err := os.MkdirAll(*dataDir, 0o700); err != nil {
@@ -220,11 +256,15 @@ func serverCmd(ctx context.Context, args []string) error {
 	if err := ensureAdminKey(ctx, srv.svc, *dataDir, progressWriter{}); err != nil {
 		return err
 	}
+	if err := forgetWorkers(ctx, st, *forget, progressWriter{}); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", *listen, err)
 	}
-	fmt.Fprintf(progressWriter{}, "server listening on http://%s\n", ln.Addr())
+	ln, scheme := listenTLS(ln, tlsCfg)
+	fmt.Fprintf(progressWriter{}, "server listening on %s://%s\n", scheme, ln.Addr())
 	if len(warm) > 0 {
 		go func() {
 			if err := applyWarm(ctx, srv.svc, warm, 2*time.Second, log); err != nil && ctx.Err() == nil {
@@ -242,25 +282,38 @@ func serverCmd(ctx context.Context, args []string) error {
 func workerCmd(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("airlock worker", flag.ContinueOnError)
 	serverURL := fs.String("server", "http://127.0.0.1:7070", "base URL of the server")
-	workerToken := fs.String("worker-token", os.Getenv("AIRLOCK_WORKER_TOKEN"), "shared secret (or $AIRLOCK_WORKER_TOKEN)")
+	workerToken := fs.String("worker-token", os.Getenv("AIRLOCK_WORKER_TOKEN"), "the server's join token (or $AIRLOCK_WORKER_TOKEN); prefer --worker-token-file: a command line is visible in ps")
+	workerTokenFile := fs.String("worker-token-file", "", "`file` holding the server's join token")
 	dataDir := fs.String("data-dir", DefaultDataDir(), "directory for runsc, templates and sandboxes")
 	withQEMU := fs.Bool("qemu", true, "also offer the qemu microVM runtime (set up in the background on first start)")
 	images := fs.String("template-images", DefaultTemplateImages, templateImagesUsage)
 	dataListen := fs.String("data-listen", "127.0.0.1:7071", "address of the data plane")
-	advertise := fs.String("advertise-url", "", "data-plane URL clients use (default http://<data-listen>)")
+	advertise := fs.String("advertise-url", "", "data-plane URL clients use (default http(s)://<data-listen>)")
 	id := fs.String("id", "", "worker id (default: generated once and kept in <data-dir>/worker.id)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	tlsf := addTLSFlags(fs, "the data plane")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	var err error
+	if *workerToken, err = secretFlag("worker-token", *workerToken, *workerTokenFile, "AIRLOCK_WORKER_TOKEN"); err != nil {
+		return err
+	}
 	if *workerToken == "" {
-		return errors.New("--worker-token (or AIRLOCK_WORKER_TOKEN) is required")
+		return errors.New("--worker-token-file (or $AIRLOCK_WORKER_TOKEN) is required: the worker registers with the server's join token")
+	}
+	tlsCfg, err := tlsf.serverConfig()
+	if err != nil {
+		return err
+	}
+	if err := tlsf.trust(); err != nil {
+		return err
 	}
 	log := newLogger(*logLevel)
 	w, err := newWorker(ctx, workerOptions{
 		dataDir: *dataDir, serverURL: *serverURL, token: *workerToken,
 		dataListen: *dataListen, advertise: *advertise, id: *id, log: log, progress: progressWriter{},
-		qemu: *withQEMU, templateImages: runtimeSet(*images),
+		qemu: *withQEMU, templateImages: runtimeSet(*images), tls: tlsCfg,
 	})
 	if err != nil {
 		return err
@@ -375,6 +428,8 @@ type workerOptions struct {
 	qemu                                                 bool // also offer the qemu runtime
 	// templateImages: runtimes whose creates restore a template image.
 	templateImages map[string]bool
+	tls            *tls.Config  // serve the data plane over TLS (nil: http)
+	httpClient     *http.Client // calls the server (nil: the default)
 }
 
 // templateImagesUsage documents --template-images.
@@ -458,13 +513,14 @@ func newWorker(ctx context.Context, o workerOptions) (*worker.Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen for the data plane on %s: %w", o.dataListen, err)
 	}
+	ln, scheme := listenTLS(ln, o.tls)
 	adv := o.advertise
 	if adv == "" {
-		adv = "http://" + ln.Addr().String()
+		adv = scheme + "://" + ln.Addr().String()
 	}
 	mem, cpus := capacity()
 	return worker.New(worker.Config{
-		ID: id, ServerURL: o.serverURL, WorkerToken: o.token, SecretFile: filepath.Join(o.dataDir, "worker.secret"),
+		ID: id, ServerURL: o.serverURL, WorkerToken: o.token, SecretFile: filepath.Join(o.dataDir, "worker.secret"), HTTPClient: o.httpClient,
 		DataPlaneListener: ln, DataPlaneURL: adv, Driver: drivers, Snapshots: snaps, TemplateImages: o.templateImages,
 		Templates:     func() ([]model.Template, error) { return setup.ListTemplates(o.dataDir) },
 		RootFS:        func(digest string) string { return setup.TemplateRootFS(o.dataDir, digest) },
