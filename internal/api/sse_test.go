@@ -24,6 +24,8 @@ import (
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/service"
 	"github.com/airlock/airlock/internal/store"
+	"github.com/airlock/airlock/internal/store/pgtest"
+	"github.com/airlock/airlock/internal/store/postgres"
 	"github.com/airlock/airlock/internal/store/sqlite"
 )
 
@@ -53,11 +55,25 @@ type sseEnv struct {
 	padding string
 }
 
-func newSSEEnv(t *testing.T) *sseEnv {
+func newSSEEnv(t *testing.T) *sseEnv { return newSSEEnvOn(t, "sqlite") }
+
+// backends are the stores the fan-out tests run over.
+var backends = []string{"sqlite", "postgres"}
+
+// newSSEEnvOn is newSSEEnv over backend "sqlite" or "postgres" (a private
+// PostgreSQL from pgtest; skipped when there is none).
+func newSSEEnvOn(t *testing.T, backend string) *sseEnv {
 	t.Helper()
 	ctx, stop := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(stop)
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "airlock.db"))
+	var st store.Store
+	var err error
+	switch backend {
+	case "postgres":
+		st, err = postgres.Open(ctx, pgtest.URL(t))
+	default:
+		st, err = sqlite.Open(ctx, filepath.Join(t.TempDir(), "airlock.db"))
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,8 +210,14 @@ func TestEventStreamsPerKeyCapped(t *testing.T) {
 // TestEventFanOutOneQueryPerEvent: with N streams open, one event costs
 // the store O(1) event reads (the fan-out's), not one per stream.
 func TestEventFanOutOneQueryPerEvent(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b, func(t *testing.T) { testFanOutOneQueryPerEvent(t, b) })
+	}
+}
+
+func testFanOutOneQueryPerEvent(t *testing.T, backend string) {
 	const n = 30
-	e := newSSEEnv(t)
+	e := newSSEEnvOn(t, backend)
 	var readers []sseReader
 	for range n {
 		resp := e.open(t, e.key, "", 0)
@@ -231,8 +253,14 @@ func TestEventFanOutOneQueryPerEvent(t *testing.T) {
 // up from the store), all receive every matching event exactly once and in
 // order while several writers append at once.
 func TestEventStreamsLoseNothing(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b, func(t *testing.T) { testStreamsLoseNothing(t, b) })
+	}
+}
+
+func testStreamsLoseNothing(t *testing.T, backend string) {
 	const writers, perWriter = 4, 400
-	e := newSSEEnv(t)
+	e := newSSEEnvOn(t, backend)
 	e.padding = strings.Repeat("p", 8<<10) // 1600 events: ~13 MiB per stream
 	if err := e.st.PutTemplate(e.ctx, model.Template{Name: "base", Tag: "latest", Digest: baseDigest, SizeBytes: 1, CreatedAt: time.Now()}); err != nil {
 		t.Fatal(err)
