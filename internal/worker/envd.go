@@ -108,6 +108,15 @@ func (w *Worker) handleE2B(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	path := "/" + r.PathValue("path")
+	// The mux cleans literal dot segments; encoded ones ("..%2F", "%2e%2e")
+	// arrive decoded in the path value and would reach the agent, whose own
+	// routing must not be what keeps a port request out of envd.
+	for _, seg := range strings.Split(path, "/") {
+		if seg == "." || seg == ".." {
+			writeE2BError(rw, sid, http.StatusBadRequest, "the path may not contain . or .. segments (encoded or not)")
+			return
+		}
+	}
 	if port == e2bEnvdPort && path == "/init" {
 		writeE2BError(rw, sid, http.StatusNotFound, "/init is internal to Airlock")
 		return

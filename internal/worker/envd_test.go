@@ -306,3 +306,56 @@ func TestE2BRouteBodyBound(t *testing.T) {
 		t.Fatalf("bounded body: %d %s; want 413 naming the bound", rec.Code, rec.Body)
 	}
 }
+
+// TestE2BRoutePathTricks tries to climb from a sandbox port's route to
+// envd's (which needs envd's own token at the router, while a port may be
+// public) or to another sandbox, with "..", encoded slashes and dots: the
+// worker refuses every attempt itself (400, or its mux's redirect within
+// the sandbox) instead of handing it to the agent, whose routing would
+// otherwise be all that stands between a port and envd.
+func TestE2BRoutePathTricks(t *testing.T) {
+	e := newHostEnv(t)
+	good := e.srv.sign(t, token.Claims{SandboxID: e.sid, Scope: token.ScopeEnvd})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-From", "port")
+		io.WriteString(w, "port")
+	}))
+	port := ln.Addr().(*net.TCPAddr).Port
+	base := fmt.Sprintf("/e2b/%s/%d/", e.sid, port)
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, p := range []string{
+		"../49983/health",
+		"..%2F49983%2Fhealth",
+		"%2e%2e/49983/health",
+		"%2E%2E%2F49983%2Fprocess.Process%2FList",
+		"x/../../49983/health",
+		"x%2F..%2F..%2F..%2F..%2Fenvd%2Fhealth",
+		"..%2F..%2Fsbx-other%2F49983%2Fhealth",
+		"%2e%2e%2f%2e%2e%2f%2e%2e%2fenvd/health",
+	} {
+		dp := strings.TrimRight(e.tw.w.DataPlaneURL(), "/")
+		req, err := http.NewRequestWithContext(testContext(t), "GET", dp+base+p, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set(e2bTokenHeader, good)
+		resp, err := noRedirect.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		// Refused by the worker (400), or redirected by its mux to a clean
+		// path of this sandbox: never handed to the agent (whose redirect
+		// would name /ports/… or /envd/…).
+		loc := resp.Header.Get("Location")
+		if resp.StatusCode != http.StatusBadRequest && !(resp.StatusCode/100 == 3 && strings.HasPrefix(loc, "/e2b/"+e.sid+"/")) {
+			t.Errorf("%s: %d (Location %q) %q; want 400 from the worker or its mux's redirect within the sandbox", p, resp.StatusCode, loc, b)
+		}
+	}
+}
