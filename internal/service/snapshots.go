@@ -422,7 +422,7 @@ func (s *Service) ImportSandbox(ctx context.Context, p Principal, req apitypes.C
 		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "the archive's checkpoint name %.80q is invalid: a checkpoint name is 1-63 of a-z, 0-9, '.', '_' and '-', starting with a letter or digit", m.Name)
 	}
 	if !runtimeSnapshots(m.Runtime) {
-		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "the archive was written by the %q runtime; imports work for the %s runtime only for now", m.Runtime, strings.Join(snapshotRuntimes, ", "))
+		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "the archive was written by the %.80q runtime; imports work for the %s runtime only for now", m.Runtime, strings.Join(snapshotRuntimes, ", "))
 	}
 	if m.TemplateDigest == "" {
 		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "the archive's manifest does not name the template it was taken on (template_digest); export it again with this version")

@@ -308,6 +308,7 @@ func TestImportManifestChecks(t *testing.T) {
 		{"template unknown here", templated("other:v2"), ""},
 		{"template by digest", templated(tplDigest), ""},
 		{"no template", templated(""), ""},
+		{"runtime of 1 MiB", checkpointArchive(t, goodMeta, func(m *snapshot.Manifest) { m.Runtime = strings.Repeat("r", 1<<20-4096) }, exportKey), "runtime only"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := s.ImportSandbox(t.Context(), operator, apitypes.CreateSandboxRequest{}, bytes.NewReader(tc.archive), "")
