@@ -117,7 +117,7 @@ func (s *Store) Import(ctx context.Context, sandboxID string, r io.Reader) (_ Ma
 		return Manifest{}, invalid("read manifest: %v", err)
 	}
 	if h.Name != ManifestFile || h.Typeflag != tar.TypeReg {
-		return Manifest{}, invalid("first entry is %q (type %c), want %s", h.Name, h.Typeflag, ManifestFile)
+		return Manifest{}, invalid("first entry is %.80q (type %c), want %s", h.Name, h.Typeflag, ManifestFile)
 	}
 	if h.Size > maxManifestBytes {
 		return Manifest{}, invalid("manifest of %d bytes (at most %d)", h.Size, maxManifestBytes)
@@ -131,7 +131,7 @@ func (s *Store) Import(ctx context.Context, sandboxID string, r io.Reader) (_ Ma
 		return Manifest{}, invalid("manifest: %v", err)
 	}
 	if err := validKind(src.Kind); err != nil {
-		return Manifest{}, invalid("manifest kind %q", src.Kind)
+		return Manifest{}, invalid("manifest kind %.80q", src.Kind)
 	}
 	if err := checkArtifacts(src.Artifacts); err != nil {
 		return Manifest{}, invalid("manifest: %v", err)
@@ -162,24 +162,24 @@ func (s *Store) Import(ctx context.Context, sandboxID string, r io.Reader) (_ Ma
 			return Manifest{}, invalid("read tar: %v", err)
 		}
 		if h.Typeflag != tar.TypeReg {
-			return Manifest{}, invalid("entry %q has type %c, only regular files are allowed", h.Name, h.Typeflag)
+			return Manifest{}, invalid("entry %.80q has type %c, only regular files are allowed", h.Name, h.Typeflag)
 		}
 		a, ok := want[h.Name]
 		if !ok {
-			return Manifest{}, invalid("entry %q is not in the manifest", h.Name)
+			return Manifest{}, invalid("entry %.80q is not in the manifest", h.Name)
 		}
 		if got[h.Name] {
-			return Manifest{}, invalid("entry %q appears twice", h.Name)
+			return Manifest{}, invalid("entry %.80q appears twice", h.Name)
 		}
 		got[h.Name] = true
 		if h.Size != a.Size {
-			return Manifest{}, invalid("entry %q has %d bytes, manifest says %d", h.Name, h.Size, a.Size)
+			return Manifest{}, invalid("entry %.80q has %d bytes, manifest says %d", h.Name, h.Size, a.Size)
 		}
 		if err := importFile(p.Dir(), a, tr); err != nil {
 			if ctx.Err() != nil {
 				return Manifest{}, fmt.Errorf("snapshot: import into %s: %w", sandboxID, ctx.Err())
 			}
-			return Manifest{}, invalid("entry %q: %v", h.Name, err)
+			return Manifest{}, invalid("entry %.80q: %v", h.Name, err)
 		}
 	}
 	if len(got) != len(want) {
@@ -276,7 +276,7 @@ func ReadHead(r io.Reader) (*Head, error) {
 		return nil, fail("it is not a tar stream: %v", err)
 	}
 	if h.Name != ManifestFile || h.Typeflag != tar.TypeReg {
-		return nil, fail("its first entry is %q (tar type %q); a checkpoint archive starts with the regular file %s", h.Name, h.Typeflag, ManifestFile)
+		return nil, fail("its first entry is %.80q (tar type %q); a checkpoint archive starts with the regular file %s", h.Name, h.Typeflag, ManifestFile)
 	}
 	if h.Size > maxManifestBytes {
 		return nil, fail("its %s has %d bytes, more than %d", ManifestFile, h.Size, maxManifestBytes)

@@ -114,6 +114,7 @@ func TestReadHeadRejects(t *testing.T) {
 		{"empty", "", "not a tar stream"},
 		{"not a tar", strings.Repeat("not a tar ", 100), "not a tar stream"},
 		{"manifest not first", string(stream(reg("pages.img", body), m)), `first entry is "pages.img"`},
+		{"first entry with a long name", string(stream(reg(strings.Repeat("n", 100<<10), body), m)), `first entry is "nnnn`},
 		{"manifest a symlink", string(stream(link, reg("pages.img", body))), "regular file manifest.json"},
 		{"manifest a directory", string(stream(dir, reg("pages.img", body))), "regular file manifest.json"},
 		{"manifest too big", string(stream(reg("manifest.json", make([]byte, 1<<20+1)))), "more than"},
@@ -125,7 +126,10 @@ func TestReadHeadRejects(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := snapshot.ReadHead(strings.NewReader(tc.stream))
 			if !errors.Is(err, model.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("ReadHead = %v, want ErrInvalid mentioning %q", err, tc.want)
+				t.Fatalf("ReadHead = %.300v, want ErrInvalid mentioning %q", err, tc.want)
+			}
+			if len(err.Error()) > 1024 {
+				t.Fatalf("the error echoes the archive: %d bytes", len(err.Error()))
 			}
 		})
 	}
