@@ -102,6 +102,8 @@ func TestChurnSoak(t *testing.T) {
 		rep.LostWhy = append(rep.LostWhy, id+": "+why)
 		t.Errorf("lost sandbox %s: %s", id, why)
 		delete(live, id)
+		deleteSandbox(t, ctx, c, id) // a lost sandbox must still delete cleanly
+		deleted[id] = true
 	}
 	// settle waits until op is done (or a while after a kill) and the
 	// sandbox is in a state that can take the next request.
