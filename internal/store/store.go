@@ -116,6 +116,9 @@ type Store interface {
 	// PutSettingIfAbsent stores value only if key is unset and returns the
 	// value now stored.
 	PutSettingIfAbsent(ctx context.Context, key, value string) (string, error)
+	// SwapSetting replaces key's value old with value (ErrConflict if the
+	// stored value is not old, ErrNotFound if key is unset).
+	SwapSetting(ctx context.Context, key, old, value string) error
 
 	Close() error
 }

@@ -941,6 +941,22 @@ func (s *Store) PutSettingIfAbsent(ctx context.Context, key, value string) (stri
 	return stored, classify("put setting "+key, err)
 }
 
+// SwapSetting replaces key's value old with value.
+func (s *Store) SwapSetting(ctx context.Context, key, old, value string) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE settings SET value = $1 WHERE key = $2 AND value = $3`, value, key, old)
+	if err != nil {
+		return classify("swap setting "+key, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	var stored string
+	if err := s.pool.QueryRow(ctx, `SELECT value FROM settings WHERE key = $1`, key).Scan(&stored); err != nil {
+		return classify("swap setting "+key, err)
+	}
+	return fmt.Errorf("postgres: swap setting %s: the stored value changed: %w", key, model.ErrConflict)
+}
+
 // ---- warm pools
 
 // ClaimSandbox hands a pool member to sb.OrgID: see store.Store. The first

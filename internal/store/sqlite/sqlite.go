@@ -1058,6 +1058,21 @@ func (s *Store) PutSettingIfAbsent(ctx context.Context, key, value string) (stri
 	return stored, err
 }
 
+// SwapSetting replaces key's value old with value.
+func (s *Store) SwapSetting(ctx context.Context, key, old, value string) error {
+	return s.inTx(ctx, "swap setting "+key, func(tx *sql.Tx) error {
+		var stored string
+		if err := tx.QueryRowContext(ctx, `SELECT value FROM settings WHERE key = ?`, key).Scan(&stored); err != nil {
+			return classify("swap setting "+key, err)
+		}
+		if stored != old {
+			return fmt.Errorf("sqlite: swap setting %s: the stored value changed: %w", key, model.ErrConflict)
+		}
+		_, err := tx.ExecContext(ctx, `UPDATE settings SET value = ? WHERE key = ?`, value, key)
+		return classify("swap setting "+key, err)
+	})
+}
+
 // ---- warm pools
 
 // ClaimSandbox hands a pool member to sb.OrgID: see store.Store.

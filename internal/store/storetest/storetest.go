@@ -1047,6 +1047,16 @@ func testEventsConcurrent(t *testing.T, s store.Store) {
 
 func testSettings(t *testing.T, s store.Store) {
 	ctx := context.Background()
+	wantErr(t, "swap unset", s.SwapSetting(ctx, "ring", "", "x"), model.ErrNotFound)
+	if _, err := s.PutSettingIfAbsent(ctx, "ring", "r1"); err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, "swap from a stale value", s.SwapSetting(ctx, "ring", "r0", "r2"), model.ErrConflict)
+	must(t, "swap", s.SwapSetting(ctx, "ring", "r1", "r2"))
+	if v, err := s.PutSettingIfAbsent(ctx, "ring", "ignored"); err != nil || v != "r2" {
+		t.Errorf("after swap: %q %v, want r2", v, err)
+	}
+	wantErr(t, "swap from the replaced value", s.SwapSetting(ctx, "ring", "r1", "r3"), model.ErrConflict)
 	v, err := s.PutSettingIfAbsent(ctx, "signing-key", "first")
 	must(t, "put", err)
 	if v != "first" {
