@@ -448,14 +448,7 @@ type cmdRing struct {
 	next int
 }
 
-// startedByWorker maps a *Worker to its *startedCommands (kept beside the
-// Worker rather than in it while worker.go is being changed by others).
-var startedByWorker sync.Map
-
-func (w *Worker) started() *startedCommands {
-	v, _ := startedByWorker.LoadOrStore(w, &startedCommands{sbs: map[string]*cmdRing{}})
-	return v.(*startedCommands)
-}
+func (w *Worker) started() *startedCommands { return &w.cmds }
 
 func (s *startedCommands) has(sid, cid string) bool {
 	s.mu.Lock()
@@ -489,6 +482,9 @@ func (s *startedCommands) add(sid, cid string, live func() map[string]bool) {
 	}
 	r := s.sbs[sid]
 	if r == nil {
+		if s.sbs == nil {
+			s.sbs = map[string]*cmdRing{}
+		}
 		r = &cmdRing{ids: map[string]struct{}{}}
 		s.sbs[sid] = r
 	}

@@ -178,6 +178,8 @@ type Worker struct {
 	resync   atomic.Bool // the next Sync asks for the assignments at once
 	actions  sync.WaitGroup
 	attaches sync.WaitGroup // hijacked WebSocket handlers, which Shutdown does not wait for
+
+	cmds startedCommands // the commands started per sandbox (dataplane.go)
 }
 
 // New returns a worker for cfg; it listens on the data-plane address at once
