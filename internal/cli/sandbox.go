@@ -30,7 +30,7 @@ type createResult struct {
 
 var sandboxCreateCmd = &command{
 	name:    "sandbox create",
-	args:    "[--template base] [--env K=V]... [--metadata K=V]... [--vcpus N] [--memory MiB] [--timeout S] [--runtime R] [--idle-suspend-after 6h|0] [--no-auto-wake] [--idempotency-key K] [--no-wait] [--json]",
+	args:    "[--template base] [--env K=V]... [--metadata K=V]... [--vcpus N] [--memory MiB] [--disk MiB] [--timeout S] [--runtime R] [--idle-suspend-after 6h|0] [--no-auto-wake] [--idempotency-key K] [--no-wait] [--json]",
 	summary: "create a sandbox and wait until it runs; prints its id",
 	setup: func(fs *flag.FlagSet) func(context.Context, *runner, []string) error {
 		tmpl := fs.String("template", "base", "template `name[:tag]` or digest")
@@ -39,6 +39,7 @@ var sandboxCreateCmd = &command{
 		fs.Var(meta, "metadata", "metadata `K=V` (repeatable)")
 		vcpus := fs.Int("vcpus", 0, "virtual CPUs (0: server default)")
 		mem := fs.Int("memory", 0, "memory in `MiB` (0: server default)")
+		disk := fs.Int("disk", 0, "disk limit in `MiB`: what the sandbox may write to its filesystem (0: server default, 4096)")
 		timeout := fs.Int("timeout", 0, "delete the sandbox after this many `seconds` (0: never)")
 		rt := fs.String("runtime", "", "runtime, e.g. gvisor (default: the server's)")
 		idle := &idleFlag{}
@@ -57,7 +58,7 @@ var sandboxCreateCmd = &command{
 			}
 			req := client.CreateSandboxRequest{
 				Template: *tmpl, Env: env, Metadata: meta, Runtime: *rt,
-				Resources: model.Resources{VCPUs: *vcpus, MemoryMiB: *mem}, TimeoutS: *timeout,
+				Resources: model.Resources{VCPUs: *vcpus, MemoryMiB: *mem, DiskMiB: *disk}, TimeoutS: *timeout,
 			}
 			if idle.set {
 				req.IdleSuspendAfterS = &idle.secs
@@ -248,7 +249,11 @@ func printSandbox(w io.Writer, sb model.Sandbox) {
 	if sb.Runtime != "" {
 		row("Runtime", sb.Runtime)
 	}
-	row("Resources", fmt.Sprintf("%d vCPU, %d MiB", sb.Resources.VCPUs, sb.Resources.MemoryMiB))
+	res := fmt.Sprintf("%d vCPU, %d MiB", sb.Resources.VCPUs, sb.Resources.MemoryMiB)
+	if sb.Resources.DiskMiB > 0 {
+		res += fmt.Sprintf(", %d MiB disk", sb.Resources.DiskMiB)
+	}
+	row("Resources", res)
 	row("Created", stamp(sb.CreatedAt))
 	row("Last activity", stamp(sb.LastActivityAt))
 	row("Idle suspend", idleText(sb.IdleSuspendS))
