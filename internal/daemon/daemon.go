@@ -102,6 +102,7 @@ func up(ctx context.Context, args []string) error {
 	withQEMU := fs.Bool("qemu", true, "also offer the qemu microVM runtime (set up in the background on first start)")
 	images := fs.String("template-images", DefaultTemplateImages, templateImagesUsage)
 	deadline := fs.Duration("operation-deadline", 0, "how long a lifecycle operation may take (0: 30m)")
+	quotas := addQuotaFlags(fs)
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	var warm warmFlag
 	fs.Var(&warm, "warm", warmUsage)
@@ -143,6 +144,7 @@ func up(ctx context.Context, args []string) error {
 		ln.Close()
 		return err
 	}
+	quotas.apply(srv.svc)
 	// Until this process's worker has registered, /healthz says so: a worker
 	// row left by the previous run may look alive but has a stale address.
 	var workerUp atomic.Bool
@@ -222,6 +224,7 @@ func serverCmd(ctx context.Context, args []string) error {
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	var warm warmFlag
 	fs.Var(&warm, "warm", warmUsage+"; a template no worker has yet is retried")
+	quotas := addQuotaFlags(fs)
 	tlsf := addTLSFlags(fs, "the API and the worker API")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -253,6 +256,7 @@ func serverCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	quotas.apply(srv.svc)
 	if err := ensureAdminKey(ctx, srv.svc, *dataDir, progressWriter{}); err != nil {
 		return err
 	}
