@@ -17,8 +17,9 @@ import (
 
 // lazyQEMU is the qemu runtime, set up in the background: on a first start
 // its set-up (QEMU packages, the Debian cloud kernel, the initramfs) takes a
-// minute, and gVisor sandboxes need not wait for it. Calls wait for the
-// set-up, except List and Status before any qemu sandbox ever existed.
+// minute, and gVisor sandboxes need not wait for it. Calls for a qemu
+// sandbox wait for the set-up; List, and Delete and Status of an id that is
+// not a qemu sandbox (no run dir), never do.
 type lazyQEMU struct {
 	runDir string
 	once   sync.Once
@@ -78,8 +79,20 @@ func (l *lazyQEMU) Unavailable() error {
 	}
 }
 
-// has reports whether a qemu sandbox id has left a trace here (its run dir),
-// for an unavailable runtime that cannot ask QEMU.
+// isReady reports whether the set-up has finished (well or not).
+func (l *lazyQEMU) isReady() bool {
+	select {
+	case <-l.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// has reports whether a qemu sandbox id has left a trace here (its run dir:
+// the driver creates it first and removes it last). Until the driver is
+// usable this is all that is known, and enough: an id without a run dir is
+// not a qemu sandbox, and its calls need not wait for the set-up.
 func (l *lazyQEMU) has(id string) bool {
 	if id == "" || id != filepath.Base(id) || id[0] == '.' {
 		return false
@@ -100,16 +113,11 @@ func (l *lazyQEMU) own() []string {
 	return ids
 }
 
-// none reports that no qemu sandbox was ever created here, so List and
-// Status need not wait for the set-up.
-func (l *lazyQEMU) none() bool {
-	select {
-	case <-l.ready:
-		return false
-	default:
-	}
-	entries, err := os.ReadDir(l.runDir)
-	return err != nil || len(entries) == 0
+// usable reports whether calls go to the driver: once it is set up; before
+// (or after a failed set-up) only for ids with a run dir, which then wait
+// for the set-up (or fail with its reason).
+func (l *lazyQEMU) usable(id string) bool {
+	return (l.isReady() && l.err == nil) || l.has(id)
 }
 
 func (l *lazyQEMU) Name() string { return qemu.Name }
@@ -131,8 +139,8 @@ func (l *lazyQEMU) Adopt(ctx context.Context, id string) (airruntime.Sandbox, er
 }
 
 func (l *lazyQEMU) Delete(ctx context.Context, id string) error {
-	if l.none() || (l.Unavailable() != nil && !l.has(id)) {
-		return nil
+	if !l.usable(id) {
+		return nil // not a qemu sandbox: never wait for, or fail on, the set-up
 	}
 	d, err := l.get(ctx)
 	if err != nil {
@@ -141,13 +149,11 @@ func (l *lazyQEMU) Delete(ctx context.Context, id string) error {
 	return d.Delete(ctx, id)
 }
 
-// List of an unavailable runtime is the ids it has a trace of: the worker
-// then finds them, and they fail with the runtime's reason.
+// List, until the driver is usable, is the ids with a run dir: listing (a
+// worker's adoption, a lookup of another runtime's id) never waits for the
+// set-up; those sandboxes then wait for it, or fail with its reason.
 func (l *lazyQEMU) List(ctx context.Context) ([]string, error) {
-	if l.none() {
-		return nil, nil
-	}
-	if l.Unavailable() != nil {
+	if !l.isReady() || l.err != nil {
 		return l.own(), nil
 	}
 	d, err := l.get(ctx)
@@ -158,7 +164,7 @@ func (l *lazyQEMU) List(ctx context.Context) ([]string, error) {
 }
 
 func (l *lazyQEMU) Status(ctx context.Context, id string) (airruntime.Status, error) {
-	if l.none() || (l.Unavailable() != nil && !l.has(id)) {
+	if !l.usable(id) {
 		return airruntime.StatusGone, nil
 	}
 	d, err := l.get(ctx)

@@ -130,7 +130,8 @@ func TestStaticAgentRebuildsDynamic(t *testing.T) {
 // ("the agent is the guest's /init and must be static"). A real gVisor
 // sandbox must still be listed, observed and deleted — also by a fresh
 // Multi, as after a worker restart — qemu must not be offered, and a qemu
-// start must fail at once with the reason.
+// start must fail at once with the reason. Likewise while a qemu set-up is
+// still running.
 func TestBrokenQEMUDoesNotBlockGVisor(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("SKIP: the gvisor driver needs root (runsc run, cgroups, mounts)")
@@ -194,9 +195,35 @@ func TestBrokenQEMUDoesNotBlockGVisor(t *testing.T) {
 			t.Errorf("%s: Status = %q, %v; want running", name, st, err)
 		}
 	}
-	// The restarted worker has not seen Start: its Delete asks every driver.
+
+	// A qemu set-up still running (it takes a minute on a first start, and
+	// may hang on a package mirror) while a qemu sandbox of an earlier run
+	// has its run dir: gVisor calls must not wait for it either. The
+	// context only keeps the old behaviour (wait for the set-up) from
+	// hanging the test.
+	pendingDir := filepath.Join(base, "pending-qemu-run")
+	qid := runtimetest.NewID()
+	if err := os.MkdirAll(filepath.Join(pendingDir, qid), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	pending := &lazyQEMU{runDir: pendingDir, ready: make(chan struct{})} // never ready
+	pctx, pcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer pcancel()
+	pm := &airruntime.Multi{Drivers: map[string]airruntime.Driver{gvisor.Name: g, qemu.Name: pending}, Default: gvisor.Name}
+	if ids, err := pm.List(pctx); err != nil || !slices.Contains(ids, id) || !slices.Contains(ids, qid) {
+		t.Errorf("pending qemu set-up: List = %v, %v; want the gvisor sandbox and the qemu one's id", ids, err)
+	}
+	if st, err := pm.Status(pctx, id); err != nil || st != airruntime.StatusRunning {
+		t.Errorf("pending qemu set-up: Status = %q, %v; want running", st, err)
+	}
+
+	// Restarted workers have not seen Start: their Delete asks every
+	// driver (the broken qemu one, then the pending one: idempotent).
 	if err := restarted.Delete(ctx, id); err != nil {
 		t.Fatalf("Delete of the gvisor sandbox: %v", err)
+	}
+	if err := (&airruntime.Multi{Drivers: pm.Drivers, Default: gvisor.Name}).Delete(pctx, id); err != nil {
+		t.Fatalf("pending qemu set-up: Delete of the gvisor sandbox: %v", err)
 	}
 	if st, err := m.Status(ctx, id); err != nil || st != airruntime.StatusGone {
 		t.Errorf("after Delete, Status = %q, %v; want gone", st, err)
