@@ -19,6 +19,7 @@ import (
 
 	apidoc "github.com/airlock/airlock/api"
 	"github.com/airlock/airlock/internal/api/apitypes"
+	"github.com/airlock/airlock/internal/httplimit"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/service"
 )
@@ -267,6 +268,8 @@ func decode(w http.ResponseWriter, r *http.Request, v any, emptyOK bool) error {
 				return nil
 			}
 			return badRequest("request body is empty; send a JSON object")
+		case errors.Is(err, httplimit.ErrBodyStalled):
+			return badRequest("%v; send the body without long pauses", err)
 		default:
 			return badRequest("request body is not valid JSON for this endpoint: %v", err)
 		}
