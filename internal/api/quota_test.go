@@ -4,9 +4,13 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
+	"mime/multipart"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock/airlock/internal/api/apitypes"
 	"github.com/airlock/airlock/internal/client"
@@ -335,4 +339,90 @@ func envBytes(env map[string]string) int {
 		n += len(k) + len(v)
 	}
 	return n
+}
+
+// TestCheckpointAndTransferQuotas: an org at its checkpoints quota cannot
+// write another checkpoint, and one with an import streaming cannot start a
+// second past its transfers quota; both are 429 quota_exceeded naming the
+// quota, and the transfer is counted only while it streams.
+func TestCheckpointAndTransferQuotas(t *testing.T) {
+	e := newEnv(t)
+	secret, org := e.orgKey("snapper", false)
+	c := e.client(secret)
+	features := []string{model.FeatureSnapshots}
+	if _, err := e.admin.UpdateOrg(e.ctx, org.ID, client.UpdateOrgRequest{Features: &features,
+		Quotas: &apitypes.QuotasPatch{Checkpoints: intp(1), Transfers: intp(1)}}); err != nil {
+		t.Fatal(err)
+	}
+	sb, _ := e.create(c)
+	run := e.markRunning(sb.ID, "http://127.0.0.1:1")
+	ops, err := e.st.ListOperations(e.ctx, store.OperationFilter{SandboxID: sb.ID, Open: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range ops {
+		e.completeOp(op.ID, model.OpSucceeded, "")
+	}
+	run, _ = e.st.GetSandbox(e.ctx, run.ID)
+	run.Checkpoints = []model.Checkpoint{{Name: "one", SnapshotID: "snap-1", Bytes: 1, CreatedAt: time.Now()}}
+	if _, err := e.st.UpdateSandbox(e.ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.CreateCheckpoint(e.ctx, sb.ID, "two")
+	if st, code := apiStatus(t, err); st != 429 || code != apitypes.CodeQuotaExceeded || !strings.Contains(err.Error(), "checkpoints quota") {
+		t.Fatalf("a second checkpoint with a quota of 1: %v, want 429 quota_exceeded naming checkpoints", err)
+	}
+	if got, _ := c.GetOrg(e.ctx, org.ID); got.Usage.Checkpoints != 1 {
+		t.Fatalf("usage %+v, want 1 checkpoint", got.Usage)
+	}
+
+	// An import whose archive never ends holds the org's one transfer.
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	mw := multipart.NewWriter(pw)
+	first := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(e.ctx, "POST", e.srv.URL+"/v1/sandboxes", pr)
+		req.Header.Set("Authorization", "Bearer "+secret)
+		req.Header.Set("Content-Type", mw.FormDataContentType())
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		first <- err
+	}()
+	rp, _ := mw.CreateFormField("request")
+	rp.Write([]byte(`{"import":"archive"}`))
+	ap, _ := mw.CreateFormFile("archive", "a.tar")
+	ap.Write([]byte("x")) // the archive has begun; the rest never comes
+	for {
+		got, err := c.GetOrg(e.ctx, org.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Usage.Transfers == 1 {
+			break
+		}
+		select {
+		case err := <-first:
+			t.Fatalf("the first import ended before it was counted: %v", err)
+		case <-e.ctx.Done():
+			t.Fatal(e.ctx.Err())
+		default:
+		}
+	}
+	_, _, err = c.ImportSandbox(e.ctx, client.CreateSandboxRequest{Import: "archive"}, strings.NewReader("not a tar"))
+	if st, code := apiStatus(t, err); st != 429 || code != apitypes.CodeQuotaExceeded || !strings.Contains(err.Error(), "transfers quota") {
+		t.Fatalf("a second import with a transfers quota of 1: %v, want 429 quota_exceeded naming transfers", err)
+	}
+	pw.CloseWithError(io.ErrUnexpectedEOF)
+	<-first
+	for {
+		if got, _ := c.GetOrg(e.ctx, org.ID); got.Usage.Transfers == 0 {
+			break
+		}
+		if e.ctx.Err() != nil {
+			t.Fatal("the ended import is still counted")
+		}
+	}
 }
