@@ -207,7 +207,11 @@ func (c *Controller) Register(ctx context.Context, req workerapi.RegisterRequest
 	if err := c.st.UpsertWorker(ctx, wk); err != nil {
 		return workerapi.RegisterResponse{}, fmt.Errorf("controller: register %s: upsert worker: %w", req.ID, err)
 	}
-	key, err := c.SigningKey(ctx)
+	key, err := c.CurrentSigningKey(ctx)
+	if err != nil {
+		return workerapi.RegisterResponse{}, fmt.Errorf("controller: register %s: %w", req.ID, err)
+	}
+	keys, err := c.workerKeys(ctx, wk.ID)
 	if err != nil {
 		return workerapi.RegisterResponse{}, fmt.Errorf("controller: register %s: %w", req.ID, err)
 	}
@@ -218,6 +222,7 @@ func (c *Controller) Register(ctx context.Context, req workerapi.RegisterRequest
 		WorkerID:     wk.ID,
 		SigningKey:   base64.StdEncoding.EncodeToString(token.WorkerKey(key, wk.ID)),
 		WorkerSecret: issued,
+		SigningKeys:  keys,
 	}, nil
 }
 
@@ -302,6 +307,10 @@ func (c *Controller) handleSync(w http.ResponseWriter, r *http.Request) {
 		if r.Context().Err() != nil {
 			return // the worker went away
 		}
+		writeError(w, err)
+		return
+	}
+	if resp.SigningKeys, err = c.workerKeys(r.Context(), r.PathValue("id")); err != nil {
 		writeError(w, err)
 		return
 	}

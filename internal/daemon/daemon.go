@@ -219,6 +219,8 @@ func serverCmd(ctx context.Context, args []string) error {
 	db := fs.String("db", "", "database: a postgres:// URL, or a SQLite file path (default <data-dir>/airlock.db)")
 	workerToken := fs.String("worker-token", os.Getenv("AIRLOCK_WORKER_TOKEN"), "join token workers register with (or $AIRLOCK_WORKER_TOKEN); prefer --worker-token-file: a command line is visible in ps")
 	workerTokenFile := fs.String("worker-token-file", "", "`file` holding the join token workers register with")
+	rotate := fs.Bool("rotate-signing-key", false, "at start, make a fresh data-plane signing key current; the previous one stays valid for --signing-key-grace (every server and worker follows within a sync)")
+	grace := fs.Duration("signing-key-grace", controller.DefaultKeyGrace, "how long the previous data-plane key stays valid after --rotate-signing-key")
 	forget := fs.String("forget-worker", "", "comma-separated worker `ids` whose credentials to drop at start, so that they can register anew (with the join token) after losing <data-dir>/worker.secret")
 	deadline := fs.Duration("operation-deadline", 0, "how long a lifecycle operation may take (0: 30m)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
@@ -262,6 +264,13 @@ func serverCmd(ctx context.Context, args []string) error {
 	}
 	if err := forgetWorkers(ctx, st, *forget, progressWriter{}); err != nil {
 		return err
+	}
+	if *rotate {
+		kid, err := srv.ctrl.RotateSigningKey(ctx, *grace)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(progressWriter{}, "data-plane signing key rotated: new key %s; the previous one stays valid for %s\n", kid, *grace)
 	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
@@ -365,11 +374,14 @@ func newServer(ctx context.Context, st store.Store, workerToken string, deadline
 		WorkerToken: workerToken, OperationDeadline: deadline,
 	})
 	svc := &service.Service{
-		Store: st, Events: ev, Kick: ctrl.Kick, SigningKey: ctrl.SigningKey, Ready: ctrl.Ready,
+		Store: st, Events: ev, Kick: ctrl.Kick, SigningKey: ctrl.CurrentSigningKey, Ready: ctrl.Ready,
 		Logger: log.With("component", "api"), OperationDeadline: deadline,
 	}
 	srv := &server{svc: svc, ctrl: ctrl, log: log}
 	srv.e2b = e2bcompat.New(svc, e2bcompat.Options{
+		// envd access tokens live as long as their sandbox and never leave
+		// the servers: signed with the installation's first key, which
+		// rotation keeps (worker tokens use the service's current key).
 		Logger: log.With("component", "e2b"), SigningKey: ctrl.SigningKey,
 		LocalWorker: srv.localWorker,
 	})

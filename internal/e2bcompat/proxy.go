@@ -197,15 +197,12 @@ func (rt *router) serve(w http.ResponseWriter, r *http.Request, t target) {
 		writeSandboxError(w, t.sandboxID, http.StatusBadGateway, err.Error())
 		return
 	}
-	key, err := rt.s.key(ctx)
+	// Signed with the current data-plane key, derived for the sandbox's
+	// worker (the adapter's own key signs only envd access tokens).
+	tok, err := rt.s.svc.SignWorkerToken(ctx, token.Claims{SandboxID: sb.ID, OrgID: sb.OrgID, Scope: token.ScopeEnvd, Expires: time.Now().Add(workerTokenTTL).Unix(), Worker: sb.WorkerID})
 	if err != nil {
-		rt.s.log.Error("e2b sandbox traffic: signing key", "err", err)
+		rt.s.log.Error("e2b sandbox traffic: sign the worker token", "err", err)
 		writeSandboxError(w, t.sandboxID, http.StatusBadGateway, "signing key unavailable")
-		return
-	}
-	tok, err := token.Sign(key, token.Claims{SandboxID: sb.ID, OrgID: sb.OrgID, Scope: token.ScopeEnvd, Expires: time.Now().Add(workerTokenTTL).Unix(), Worker: sb.WorkerID})
-	if err != nil {
-		writeSandboxError(w, t.sandboxID, http.StatusBadGateway, err.Error())
 		return
 	}
 	out := r.Clone(ctx)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/token"
 )
 
 // MaxKeyLifetime bounds a key's expires_at: a key that must outlive it has
@@ -107,4 +108,11 @@ func (s *Service) RevokeKey(ctx context.Context, p Principal, orgID, keyID strin
 	}
 	s.logger().Info("API key revoked", "key", k.ID, "org", k.OrgID, "by", p.KeyID)
 	return k, nil
+}
+
+// SignWorkerToken signs c with the current data-plane key (c.Worker names
+// the worker whose key it is derived with): for the sandbox router, whose
+// own key signs only the envd access tokens it hands to clients.
+func (s *Service) SignWorkerToken(ctx context.Context, c token.Claims) (string, error) {
+	return s.sign(ctx, c)
 }

@@ -59,6 +59,10 @@ func FuzzVerify(f *testing.F) {
 		if err != nil {
 			t.Fatalf("signed token does not verify: %v", err)
 		}
+		if got.Kid != KeyID(key) {
+			t.Fatalf("token names key %q, want %q", got.Kid, KeyID(key))
+		}
+		got.Kid = "" // Sign sets it
 		if strings.ToValidUTF8(sid, "\uFFFD") == sid && strings.ToValidUTF8(scope, "\uFFFD") == scope && !reflect.DeepEqual(got, c) {
 			t.Fatalf("claims changed: %+v != %+v", got, c)
 		}

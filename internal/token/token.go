@@ -14,6 +14,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -47,7 +48,31 @@ type Claims struct {
 	// Worker is the worker the token is for: Sign signs with
 	// WorkerKey(key, Worker) when it is set.
 	Worker string `json:"wid,omitempty"`
+	// Kid names the master key the token is signed with (KeyID), so that
+	// verifiers pick it among current and previous keys during a rotation.
+	// Sign sets it.
+	Kid string `json:"kid,omitempty"`
 }
+
+// KeyID is the public name of a master key: the first 8 bytes of its
+// SHA-256, in hex.
+func KeyID(master []byte) string {
+	h := sha256.Sum256(master)
+	return hex.EncodeToString(h[:8])
+}
+
+// Key is one verification key: the key itself, the id of the master key it
+// is (or is derived from), and when it stops being accepted (zero: while
+// it is current).
+type Key struct {
+	ID       string
+	Key      []byte
+	NotAfter time.Time
+}
+
+// Keys are the keys a verifier accepts: during a rotation the current one
+// and, until its NotAfter, the previous one.
+type Keys []Key
 
 // WorkerKey derives worker workerID's data-plane key from the master key:
 // HMAC-SHA256(master, "airlock worker key v1\x00" + workerID). Knowing one
@@ -69,7 +94,9 @@ func NewKey() []byte {
 
 // Sign returns the token for c, signed with key, or with
 // WorkerKey(key, c.Worker) when c names a worker (key is then the master).
+// The token names key (Claims.Kid).
 func Sign(key []byte, c Claims) (string, error) {
+	c.Kid = KeyID(key)
 	if c.Worker != "" {
 		key = WorkerKey(key, c.Worker)
 	}
@@ -81,13 +108,12 @@ func Sign(key []byte, c Claims) (string, error) {
 	return "v1." + p + "." + mac(key, p), nil
 }
 
-// Verify checks tok and returns its claims.
-func Verify(key []byte, tok string, now time.Time) (Claims, error) {
+// Verify checks tok with one key, or with the one of keys its Kid names
+// (a key with an empty ID stands for any kid; a key past its NotAfter is
+// not used), and returns its claims.
+func Verify[K []byte | Keys](key K, tok string, now time.Time) (Claims, error) {
 	parts := strings.Split(tok, ".")
 	if len(parts) != 3 || parts[0] != "v1" {
-		return Claims{}, ErrInvalid
-	}
-	if !hmac.Equal([]byte(mac(key, parts[1])), []byte(parts[2])) {
 		return Claims{}, ErrInvalid
 	}
 	body, err := base64.RawURLEncoding.DecodeString(parts[1])
@@ -96,6 +122,25 @@ func Verify(key []byte, tok string, now time.Time) (Claims, error) {
 	}
 	var c Claims
 	if err := json.Unmarshal(body, &c); err != nil {
+		return Claims{}, ErrInvalid
+	}
+	// c is not trusted until the MAC checks: its kid only picks the key.
+	ok := false
+	switch k := any(key).(type) {
+	case []byte:
+		ok = hmac.Equal([]byte(mac(k, parts[1])), []byte(parts[2]))
+	case Keys:
+		for _, kk := range k {
+			if kk.ID != "" && kk.ID != c.Kid || !kk.NotAfter.IsZero() && !now.Before(kk.NotAfter) {
+				continue
+			}
+			if hmac.Equal([]byte(mac(kk.Key, parts[1])), []byte(parts[2])) {
+				ok = true
+				break
+			}
+		}
+	}
+	if !ok {
 		return Claims{}, ErrInvalid
 	}
 	if now.Unix() >= c.Expires {

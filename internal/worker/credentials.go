@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/airlock/airlock/internal/token"
+	"github.com/airlock/airlock/internal/workerapi"
 )
 
 // loadSecret returns the worker's own secret: the one held, else the one
@@ -46,3 +49,29 @@ func (w *Worker) storeSecret(s string) error {
 	w.log.Info("received this worker's own credential", "file", w.cfg.SecretFile)
 	return nil
 }
+
+// setKeys installs the worker's verification keys: keys when the server
+// sends them (current and, during a rotation, previous, by master key id),
+// else the one key single (an older server).
+func (w *Worker) setKeys(single string, keys []workerapi.SigningKey) error {
+	var ks token.Keys
+	for _, k := range keys {
+		b, err := decodeKey(k.Key)
+		if err != nil {
+			return fmt.Errorf("signing key %s: %w", k.ID, err)
+		}
+		ks = append(ks, token.Key{ID: k.ID, Key: b, NotAfter: k.NotAfter})
+	}
+	if len(ks) == 0 {
+		b, err := decodeKey(single)
+		if err != nil {
+			return err
+		}
+		ks = token.Keys{{Key: b}}
+	}
+	w.key.Store(&ks)
+	return nil
+}
+
+// verifyKeys are the keys data-plane tokens are checked with.
+type verifyKeys = token.Keys

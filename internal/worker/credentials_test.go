@@ -104,7 +104,7 @@ func TestWorkerCannotMintTokensForAnotherWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ka, kb := *a.key.Load(), *b.key.Load()
+	ka, kb := (*a.key.Load())[0].Key, (*b.key.Load())[0].Key
 	if string(ka) == string(master) || string(kb) == string(master) || string(ka) == string(kb) {
 		t.Fatal("a worker holds the master key, or both hold the same key")
 	}
@@ -210,7 +210,7 @@ func TestJoinTokenCannotTakeOverAWorker(t *testing.T) {
 	if err != nil || resp.WorkerSecret != "" {
 		t.Fatalf("re-register with the secret: %+v %v; want success and no new secret", resp, err)
 	}
-	if k, _ := base64.StdEncoding.DecodeString(resp.SigningKey); string(k) != string(*victim.key.Load()) {
+	if k, _ := base64.StdEncoding.DecodeString(resp.SigningKey); string(k) != string((*victim.key.Load())[0].Key) {
 		t.Errorf("re-registration changed the worker's key")
 	}
 }

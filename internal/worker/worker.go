@@ -157,8 +157,8 @@ type Worker struct {
 	http *http.Client
 	ln   net.Listener
 
-	key    atomic.Pointer[[]byte] // data-plane signing key, set at registration
-	secret atomic.Pointer[string] // the worker's own credential (see Config.SecretFile)
+	key    atomic.Pointer[verifyKeys] // data-plane verification keys, set at registration and by Sync
+	secret atomic.Pointer[string]     // the worker's own credential (see Config.SecretFile)
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
@@ -914,9 +914,8 @@ func (w *Worker) register(ctx context.Context) error {
 			err = w.storeSecret(resp.WorkerSecret)
 		}
 		if err == nil {
-			key, kerr := decodeKey(resp.SigningKey)
+			kerr := w.setKeys(resp.SigningKey, resp.SigningKeys)
 			if kerr == nil {
-				w.key.Store(&key)
 				if resp.WorkerID != "" {
 					w.mu.Lock()
 					w.workerID = resp.WorkerID
@@ -959,6 +958,11 @@ func (w *Worker) sync(ctx context.Context, req workerapi.SyncRequest, version in
 	q := url.Values{"wait": {SyncWait.String()}, "version": {fmt.Sprint(version)}}
 	var resp workerapi.SyncResponse
 	err := w.call(ctx, "/internal/v1/workers/"+url.PathEscape(id)+"/sync?"+q.Encode(), req, &resp)
+	if err == nil && len(resp.SigningKeys) > 0 {
+		if kerr := w.setKeys("", resp.SigningKeys); kerr != nil {
+			w.log.Warn("signing keys from sync", "err", kerr)
+		}
+	}
 	return resp, err
 }
 

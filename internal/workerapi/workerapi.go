@@ -53,6 +53,17 @@ type RegisterResponse struct {
 	// WorkerSecret is set on a worker id's first registration only: the
 	// worker's own credential, to keep (0600) and send from then on.
 	WorkerSecret string `json:"worker_secret,omitempty"`
+	// SigningKeys are the worker's keys by master key id: the current one
+	// and, during a rotation's grace period, the previous one (SigningKey
+	// is the current one, for older workers).
+	SigningKeys []SigningKey `json:"signing_keys,omitempty"`
+}
+
+// SigningKey is one of a worker's data-plane verification keys.
+type SigningKey struct {
+	ID       string    `json:"id"`  // token.KeyID of the master key
+	Key      string    `json:"key"` // base64 of the worker's derived key
+	NotAfter time.Time `json:"not_after,omitzero"`
 }
 
 // Observed is what the worker sees of one sandbox.
@@ -102,6 +113,9 @@ type Assignment struct {
 type SyncResponse struct {
 	Version     int64        `json:"version"`
 	Assignments []Assignment `json:"assignments"`
+	// SigningKeys: as in RegisterResponse, so a rotation reaches running
+	// workers.
+	SigningKeys []SigningKey `json:"signing_keys,omitempty"`
 }
 
 // WakeRequest asks the server to wake (or resume) a sandbox because a
