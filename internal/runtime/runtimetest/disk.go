@@ -1,13 +1,18 @@
 package runtimetest
 
 import (
+	"context"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/airlock/airlock/internal/agentclient"
+	"github.com/airlock/airlock/internal/runtime"
 )
 
 // diskLimitMiB is the disk_mib of the sandbox DiskLimit fills.
@@ -43,6 +48,40 @@ func (s *suite) testDisk(t *testing.T) {
 
 	// Another sandbox (default disk) writes more than the small one's limit.
 	s.sh(t, other, "dd if=/dev/zero of=/root/big bs=1M count=100 2>&1 && ls -l /root/big")
+
+	// The limit holds across a suspend and wake (checkpoint, delete,
+	// restore under the same spec).
+	sn, ok := s.d.(runtime.Snapshotter)
+	if !ok {
+		return
+	}
+	ctx := s.ctx(t)
+	dir := filepath.Join(t.TempDir(), "image")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := sn.Checkpoint(ctx, small.id, dir, false); err != nil {
+		t.Fatalf("Checkpoint: %v", err)
+	}
+	small.c.Close()
+	small.sb.Close()
+	if err := s.d.Delete(ctx, small.id); err != nil {
+		t.Fatalf("Delete after Checkpoint: %v", err)
+	}
+	sb, err := sn.Restore(ctx, spec, dir)
+	if err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	small.sb = sb
+	small.c = agentclient.New(func(ctx context.Context) (net.Conn, error) { return sb.AgentConn(ctx) })
+	if err := small.c.WaitReady(ctx); err != nil {
+		t.Fatalf("agent after Restore: %v", err)
+	}
+	out, _ = s.exec(t, small, "sh", "-c", "dd if=/dev/zero of=/root/after bs=1M count=200 2>&1; echo rc=$?")
+	t.Logf("dd 200 MiB after wake: %s", out)
+	if !strings.Contains(out, "No space left on device") || strings.Contains(out, "rc=0") {
+		t.Errorf("writing 200 MiB after a wake: want ENOSPC; got %s", out)
+	}
 }
 
 // allocated is the disk space (allocated blocks) of the files under dir,
