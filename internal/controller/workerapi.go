@@ -685,6 +685,7 @@ func (c *Controller) Wake(ctx context.Context, wid string, req workerapi.WakeReq
 	op, started, err := service.StartLifecycle(ctx, c.st, c.ev, service.LifecycleRequest{
 		SandboxID: sb.ID, Kind: model.OpWake, Join: true, RespectNoAutoWake: true,
 		Reason: "auto-wake: data-plane request on worker " + wid, Now: c.now(), Deadline: c.cfg.OperationDeadline,
+		Guard: service.WakeQuotaGuard(ctx, c.st),
 	})
 	if err != nil {
 		return model.Operation{}, err

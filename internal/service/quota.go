@@ -192,6 +192,22 @@ func (s *Service) wakeGuard(ctx context.Context) func(model.Sandbox) error {
 	}
 }
 
+// WakeQuotaGuard is the LifecycleRequest.Guard of a wake that a worker asks
+// for on data-plane traffic (the controller's wake route): a suspended
+// sandbox must fit its org's quotas. A refusal is model.ErrConflict (like a
+// sandbox that opted out of auto-wake) with the quota's message, so that it
+// reaches the data-plane client as is.
+func WakeQuotaGuard(ctx context.Context, st store.Store) func(model.Sandbox) error {
+	guard := (&Service{Store: st}).wakeGuard(ctx)
+	return func(cur model.Sandbox) error {
+		err := guard(cur)
+		if errors.Is(err, model.ErrQuotaExceeded) {
+			return model.Errorf(model.ErrConflict, "%s", err)
+		}
+		return err
+	}
+}
+
 // admitCheckpoint checks that the org may store one more checkpoint.
 func (s *Service) admitCheckpoint(ctx context.Context, orgID string) error {
 	org, err := s.Store.GetOrg(ctx, orgID)
