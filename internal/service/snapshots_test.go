@@ -14,18 +14,27 @@ import (
 	"testing"
 
 	"github.com/airlock/airlock/internal/api/apitypes"
+	"github.com/airlock/airlock/internal/events"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/service"
 	"github.com/airlock/airlock/internal/snapshot"
+	"github.com/airlock/airlock/internal/store/pgtest"
+	"github.com/airlock/airlock/internal/store/postgres"
 )
 
 // operator is the principal of an admin key of the default org.
 var operator = service.Principal{OrgID: service.DefaultOrgID, Admin: true}
 
-// importService is a service whose default org has the feature gates fs.
+// importService is a service on SQLite whose default org has the feature
+// gates fs.
 func importService(t *testing.T, fs ...string) *service.Service {
 	t.Helper()
-	s := newService(t)
+	return importServiceOn(t, newService(t), fs...)
+}
+
+// importServiceOn bootstraps s and gives its default org the gates fs.
+func importServiceOn(t *testing.T, s *service.Service, fs ...string) *service.Service {
+	t.Helper()
 	if _, _, err := s.Bootstrap(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +113,13 @@ var tplDigest = "sha256:" + fill('e')
 // base:latest of digest tplDigest.
 func signedService(t *testing.T, fs ...string) *service.Service {
 	t.Helper()
-	s := importService(t, fs...)
+	return withExportKey(t, importService(t, fs...))
+}
+
+// withExportKey gives s the export key exportKey and the template
+// base:latest of digest tplDigest.
+func withExportKey(t *testing.T, s *service.Service) *service.Service {
+	t.Helper()
 	if _, err := s.Store.PutSettingIfAbsent(t.Context(), service.SettingExportKey, base64.StdEncoding.EncodeToString(exportKey)); err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +204,19 @@ func accepted(err error) bool {
 // the original signature, or stripped of its signature, is refused for an
 // org without the unsigned_imports gate; with the gate only the unsigned
 // archive is accepted; a correctly signed archive is accepted for both.
+// The key and the gates live in the store: SQLite and PostgreSQL.
 func TestImportSignatures(t *testing.T) {
+	stores := map[string]func(t *testing.T) *service.Service{
+		"sqlite": newService,
+		"postgres": func(t *testing.T) *service.Service {
+			st, err := postgres.Open(t.Context(), pgtest.URL(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			return &service.Service{Store: st, Events: events.New(st)}
+		},
+	}
 	otherKey := []byte("another installation's key......")
 	tamper := func(m *snapshot.Manifest) { m.Artifacts[0].SHA256 = strings.Repeat("ab", 32) }
 	signedThenTampered := func(t *testing.T) []byte {
@@ -235,13 +262,15 @@ func TestImportSignatures(t *testing.T) {
 				{[]string{model.FeatureSnapshots}, tc.untrusted},
 				{[]string{model.FeatureSnapshots, model.FeatureUnsignedImports}, tc.trusted},
 			} {
-				s := signedService(t, org.gates...)
-				_, _, err := s.ImportSandbox(t.Context(), operator, apitypes.CreateSandboxRequest{}, bytes.NewReader(tc.archive(t)), "")
-				switch {
-				case org.want == "" && !accepted(err):
-					t.Errorf("org with %v: import = %v, want it accepted (503 from placement)", org.gates, err)
-				case org.want != "" && (!errors.Is(err, model.ErrUnprocessable) || !strings.Contains(err.Error(), org.want)):
-					t.Errorf("org with %v: import = %v, want 422 with %q", org.gates, err, org.want)
+				for name, open := range stores {
+					s := withExportKey(t, importServiceOn(t, open(t), org.gates...))
+					_, _, err := s.ImportSandbox(t.Context(), operator, apitypes.CreateSandboxRequest{}, bytes.NewReader(tc.archive(t)), "")
+					switch {
+					case org.want == "" && !accepted(err):
+						t.Errorf("%s, org with %v: import = %v, want it accepted (503 from placement)", name, org.gates, err)
+					case org.want != "" && (!errors.Is(err, model.ErrUnprocessable) || !strings.Contains(err.Error(), org.want)):
+						t.Errorf("%s, org with %v: import = %v, want 422 with %q", name, org.gates, err, org.want)
+					}
 				}
 			}
 		})
