@@ -26,6 +26,10 @@ import (
 	"github.com/airlock/airlock/internal/snapshot"
 )
 
+// defaultDiskMiB is the disk size runtimes give a sandbox that names none
+// (gvisor.DefaultDiskMiB, the qemu driver's default).
+const defaultDiskMiB = 4096
+
 // TemplateImageTimeout bounds building one template image.
 const TemplateImageTimeout = 5 * time.Minute
 
@@ -36,10 +40,11 @@ func templateImageKey(s model.Sandbox, rt string) string {
 		d = d[:24]
 	}
 	key := fmt.Sprintf("%s%s-%s-%dx%d", templateSnapshotPrefix, d, rt, s.Resources.VCPUs, s.Resources.MemoryMiB)
-	if s.Resources.DiskMiB != 0 {
+	if d := s.Resources.DiskMiB; d != 0 && d != defaultDiskMiB {
 		// The image holds the guest's disk (QEMU) or its overlay's size
 		// limit (gVisor): sandboxes of another disk size need their own.
-		key += fmt.Sprintf("x%d", s.Resources.DiskMiB)
+		// (The default size keeps the key images had before disk_mib.)
+		key += fmt.Sprintf("x%d", d)
 	}
 	return key
 }
