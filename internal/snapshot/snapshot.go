@@ -29,6 +29,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/airlock/airlock/internal/model"
@@ -203,6 +204,8 @@ func (p *Pending) Dir() string { return p.dir }
 func (p *Pending) Abort() error {
 	p.done = true
 	os.Remove(p.markerPath())
+	os.Remove(p.dir + IntentSuffix)
+	os.Remove(p.dir + LockSuffix)
 	if err := os.RemoveAll(p.dir); err != nil {
 		return fmt.Errorf("snapshot: abort %s: %w", p.id, err)
 	}
@@ -216,6 +219,87 @@ func (p *Pending) markerPath() string {
 }
 
 const completeSuffix = ".complete"
+
+// Files beside a pending snapshot's Dir (see Detach) through which a
+// runtime's checkpoint that may outlive its caller records its end.
+const (
+	// IntentSuffix: Dir()+IntentSuffix holds the meta to commit with; the
+	// writer renames it to Dir()+CompleteSuffix once the artifacts are
+	// complete (and fsyncs the directory).
+	IntentSuffix = ".intent"
+	// CompleteSuffix: the completion marker MarkComplete writes.
+	CompleteSuffix = completeSuffix
+	// LockSuffix: Dir()+LockSuffix is flocked (exclusive) by the writer for
+	// as long as it runs; Recover waits for it and GC leaves a locked
+	// pending snapshot alone.
+	LockSuffix = ".lock"
+)
+
+// Detach prepares p for a writer that may outlive the calling process (a
+// worker SIGKILLed while `runsc checkpoint`, a separate process, runs on):
+// it writes meta durably to Dir()+IntentSuffix and creates Dir()+LockSuffix.
+// A writer that takes the lock for as long as it runs and renames the
+// intent to Dir()+CompleteSuffix once its artifacts are complete (the
+// gVisor driver's Checkpoint does) makes its completion durable without
+// the caller: the next Recover waits for the lock, then commits the
+// snapshot. A writer that ignores these files leaves the caller to
+// MarkComplete as before; the files go with Commit, Abort or GC.
+func (p *Pending) Detach(meta Meta) error {
+	if err := validKind(meta.Kind); err != nil {
+		return err
+	}
+	data, err := json.Marshal(meta)
+	if err != nil {
+		return fmt.Errorf("snapshot: detach %s: %w", p.id, err)
+	}
+	f, err := os.OpenFile(p.dir+LockSuffix, os.O_WRONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("snapshot: detach %s: %w", p.id, err)
+	}
+	f.Close()
+	if err := writeFileSync(filepath.Dir(p.dir), filepath.Base(p.dir)+IntentSuffix, data); err != nil {
+		return fmt.Errorf("snapshot: detach %s: %w", p.id, err)
+	}
+	return nil
+}
+
+// Completed reports whether the artifacts were marked complete (by
+// MarkComplete or by a detached writer).
+func (p *Pending) Completed() bool {
+	_, err := os.Stat(p.markerPath())
+	return err == nil
+}
+
+// RecoverWait bounds how long Recover waits for one detached writer still
+// running (a checkpoint the previous worker process started).
+var RecoverWait = 15 * time.Minute
+
+// locked reports whether the lock file at path is held by a writer.
+func locked(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
+		return errors.Is(err, syscall.EWOULDBLOCK)
+	}
+	syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return false
+}
+
+// waitUnlocked waits until no writer holds the lock file at path, at most
+// RecoverWait; it reports whether the writer is gone.
+func waitUnlocked(path string) bool {
+	deadline := time.Now().Add(RecoverWait)
+	for locked(path) {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return true
+}
 
 // MarkComplete records durably that the runtime has finished writing the
 // artifacts, and the meta to commit them with. A crash between this and
@@ -239,17 +323,34 @@ func (p *Pending) MarkComplete(meta Meta) error {
 // Recover commits every pending snapshot marked complete (MarkComplete)
 // that a crash left uncommitted, and returns their manifests. Call it at
 // worker start before GC, when no Begin, Commit or Import is in progress.
+//
+// A pending snapshot whose detached writer (Detach) still runs is waited
+// for first, at most RecoverWait each: its completion is what decides
+// whether it is committed. One still locked after that is left pending
+// (GC skips it too) and reported in the error.
 func (s *Store) Recover() ([]Manifest, error) {
+	var errs []error
+	locks, err := filepath.Glob(filepath.Join(s.root, "*", ".pending-*"+LockSuffix))
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: recover: %w", err)
+	}
+	for _, lk := range locks {
+		if !waitUnlocked(lk) {
+			errs = append(errs, fmt.Errorf("snapshot: recover %s: its writer still runs after %v; left pending", strings.TrimSuffix(lk, LockSuffix), RecoverWait))
+		}
+	}
 	markers, err := filepath.Glob(filepath.Join(s.root, "*", ".pending-*"+completeSuffix))
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: recover: %w", err)
 	}
 	var out []Manifest
-	var errs []error
 	for _, mk := range markers {
 		sandboxID := filepath.Base(filepath.Dir(mk))
 		id := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(mk), ".pending-"), completeSuffix)
 		p := &Pending{s: s, sandboxID: sandboxID, id: id, dir: filepath.Join(filepath.Dir(mk), ".pending-"+id)}
+		if locked(p.dir + LockSuffix) {
+			continue // still being written (reported above)
+		}
 		data, err := os.ReadFile(mk)
 		var meta Meta
 		if err == nil {
@@ -317,9 +418,12 @@ func (p *Pending) commit(m Manifest) error {
 	if err := os.Rename(p.dir, final); err != nil {
 		return fmt.Errorf("snapshot: commit %s: %w", p.id, err)
 	}
+	pending := p.dir
 	p.done = true
 	p.dir = final
 	os.Remove(p.markerPath()) // committed: the marker has served
+	os.Remove(pending + IntentSuffix)
+	os.Remove(pending + LockSuffix)
 	if err := syncDir(filepath.Dir(final)); err != nil {
 		return fmt.Errorf("snapshot: commit %s: %w", p.id, err)
 	}
@@ -667,6 +771,9 @@ func (s *Store) GC() error {
 		}
 		for _, sub := range subs {
 			sp := filepath.Join(p, sub.Name())
+			if busy(p, sub.Name()) {
+				continue // a detached writer still runs (Recover timed out on it)
+			}
 			if strings.HasPrefix(sub.Name(), ".") {
 				errs = append(errs, os.RemoveAll(sp))
 				continue
@@ -681,6 +788,19 @@ func (s *Store) GC() error {
 		return fmt.Errorf("snapshot: gc: %w", err)
 	}
 	return nil
+}
+
+// busy reports whether entry name of sandbox dir sd belongs to a pending
+// snapshot whose detached writer holds its lock.
+func busy(sd, name string) bool {
+	if !strings.HasPrefix(name, ".pending-") {
+		return false
+	}
+	base := name
+	for _, suf := range []string{LockSuffix, IntentSuffix, completeSuffix} {
+		base = strings.TrimSuffix(base, suf)
+	}
+	return locked(filepath.Join(sd, base+LockSuffix))
 }
 
 // Sandboxes returns the ids of the sandboxes that have a directory in the

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/airlock/airlock/internal/model"
@@ -585,5 +586,128 @@ func TestRecover(t *testing.T) {
 	}
 	if again, err := s2.Recover(); err != nil || len(again) != 0 {
 		t.Fatalf("second Recover: %v, %v", again, err)
+	}
+}
+
+// writerLock takes the lock a detached writer holds (Pending.Detach) in an
+// open file description of its own, as the writer process does.
+func writerLock(t *testing.T, p *snapshot.Pending) (unlock func()) {
+	t.Helper()
+	f, err := os.OpenFile(p.Dir()+snapshot.LockSuffix, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	return func() { f.Close() }
+}
+
+// finish is what the detached writer does once its artifacts are written.
+func finish(t *testing.T, p *snapshot.Pending) {
+	t.Helper()
+	if err := os.Rename(p.Dir()+snapshot.IntentSuffix, p.Dir()+snapshot.CompleteSuffix); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRecoverDetachedWriter: the worker that started a detached writer
+// (a checkpoint helper) died. Recover waits for a writer still running and
+// commits what it marked complete, with the meta given to Detach; while
+// the writer runs (Recover gave up waiting), neither Recover nor GC touch
+// its pending snapshot; a writer that ended without marking it leaves
+// nothing once GC ran.
+func TestRecoverDetachedWriter(t *testing.T) {
+	s := open(t)
+	fs := randomFiles()
+	meta := snapshot.Meta{Kind: snapshot.KindCheckpoint, Name: "cp1", Runtime: "gvisor", TemplateDigest: "sha256:abc"}
+
+	// Still running: Recover (not waiting) and GC leave it alone.
+	p, err := s.Begin(sbID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Detach(meta); err != nil {
+		t.Fatal(err)
+	}
+	unlock := writerLock(t, p)
+	write(t, p.Dir(), fs)
+	old := snapshot.RecoverWait
+	snapshot.RecoverWait = 0
+	got, err := s.Recover()
+	snapshot.RecoverWait = old
+	if err == nil || !strings.Contains(err.Error(), "still runs") || len(got) != 0 {
+		t.Fatalf("Recover with a writer running: %+v, %v; want nothing and an error saying so", got, err)
+	}
+	if err := s.GC(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p.Dir()); err != nil {
+		t.Fatalf("GC removed a pending snapshot whose writer still runs: %v", err)
+	}
+
+	// Recover waits for it: the writer finishes while Recover runs.
+	res := make(chan []snapshot.Manifest, 1)
+	errc := make(chan error, 1)
+	go func() {
+		ms, err := s.Recover()
+		res <- ms
+		errc <- err
+	}()
+	finish(t, p)
+	unlock()
+	got, err = <-res, <-errc
+	if err != nil || len(got) != 1 || got[0].ID != p.ID() || got[0].Kind != snapshot.KindCheckpoint || got[0].Name != "cp1" {
+		t.Fatalf("Recover after the writer finished: %+v, %v; want %s with its meta", got, err, p.ID())
+	}
+	_, dir, err := s.Get(sbID, p.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkContent(t, dir, fs)
+
+	// A writer that ended without success (no completion marker).
+	q, err := s.Begin(sbID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Detach(meta); err != nil {
+		t.Fatal(err)
+	}
+	writerLock(t, q)() // ran and exited
+	if got, err := s.Recover(); err != nil || len(got) != 0 {
+		t.Fatalf("Recover of a failed writer: %+v, %v", got, err)
+	}
+	if err := s.GC(); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(s.Dir(), sbID, ".*")); len(left) != 0 {
+		t.Fatalf("left behind: %v", left)
+	}
+
+	// Commit and Abort take the Detach files with them.
+	for _, end := range []string{"commit", "abort"} {
+		r, err := s.Begin(sbID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Detach(meta); err != nil {
+			t.Fatal(err)
+		}
+		write(t, r.Dir(), fs)
+		if end == "commit" {
+			finish(t, r)
+			if !r.Completed() {
+				t.Fatal("Completed false after the writer marked it")
+			}
+			if _, err := r.Commit(meta); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := r.Abort(); err != nil {
+			t.Fatal(err)
+		}
+		if left, _ := filepath.Glob(filepath.Join(s.Dir(), sbID, ".*")); len(left) != 0 {
+			t.Fatalf("after %s: left behind: %v", end, left)
+		}
 	}
 }

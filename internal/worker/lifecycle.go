@@ -10,12 +10,15 @@ package worker
 // pending snapshot; a runtime still running leaves the sandbox running (or
 // paused) with the reason, one the checkpoint killed is released and the
 // sandbox failed. Once the checkpoint has returned, the pending snapshot is
-// marked complete (snapshot.Pending.MarkComplete), so a worker crash
-// before the commit ends is repaired at the next start (Store.Recover
-// commits it and the sandbox is found suspended). A crash while `runsc
-// checkpoint` itself runs still loses the sandbox (failed, deletable): the
-// runtime stops the guest when its checkpoint completes, and nothing can
-// mark that moment durably but the runtime; see docs/ARCHITECTURE.md.
+// marked complete, so a worker crash before the commit ends is repaired at
+// the next start (Store.Recover commits it and the sandbox is found
+// suspended). The mark is made by the runtime itself where it can (gVisor:
+// the checkpoint runs in a helper process that outlives the worker, holds
+// the pending snapshot's lock while it runs and marks it the moment `runsc
+// checkpoint` succeeds; snapshot.Pending.Detach), else by the worker once
+// the checkpoint has returned (snapshot.Pending.MarkComplete). So a worker
+// SIGKILLed while `runsc checkpoint` runs loses nothing either: Recover
+// waits for the helper, then commits; see docs/ARCHITECTURE.md.
 //
 // Wake: state waking → Snapshots.Get (a committed snapshot only) →
 // Restore → the agent's WaitReady → running with a new handle and agent
@@ -146,13 +149,20 @@ func (w *Worker) writeSnapshot(ctx context.Context, snap runtime.Snapshotter, st
 	if err != nil {
 		return snapshot.Manifest{}, fmt.Errorf("begin snapshot: %w", err)
 	}
+	// A runtime whose checkpoint outlives this process (gVisor's helper)
+	// marks the snapshot complete itself the moment its checkpoint has
+	// succeeded, so a worker killed while it runs loses nothing: Recover at
+	// the next start waits for it and commits the snapshot.
+	if err := p.Detach(meta); err != nil {
+		w.log.Warn("prepare snapshot for a detached checkpoint", "sandbox", id, "err", err)
+	}
 	if err := snap.Checkpoint(ctx, id, p.Dir(), leaveRunning); err != nil {
 		return snapshot.Manifest{}, errors.Join(fmt.Errorf("checkpoint: %w", err), abort(p))
 	}
-	if !leaveRunning {
+	if !leaveRunning && !p.Completed() {
 		// The guest is stopped: from here the snapshot is all there is of
 		// it, so a crash before Commit must not lose it (Recover at worker
-		// start).
+		// start). For a runtime that did not mark it itself.
 		if err := p.MarkComplete(meta); err != nil {
 			w.log.Warn("mark snapshot complete", "sandbox", id, "err", err)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/runtime"
+	"github.com/airlock/airlock/internal/snapshot"
 )
 
 // Checkpoint writes the sandbox's state into dir with `runsc checkpoint`:
@@ -31,6 +32,17 @@ import (
 // if it was paused. runsc kills the sandbox when a checkpoint fails
 // (for example with a bound host socket inside); the error then says the
 // sandbox was lost, and the caller must Delete it.
+//
+// Crash safety: the work is done by a helper process (this binary
+// re-executed in its own session, see helper.go) that outlives the caller,
+// so a worker SIGKILLed half-way does not cut the checkpoint or the resume
+// in place short. The helper holds an exclusive flock on
+// dir+snapshot.LockSuffix if that file exists (the snapshot store's
+// Pending.Detach creates it), from before it starts until it exits, and
+// once `runsc checkpoint` has succeeded it renames dir+snapshot.IntentSuffix
+// (if present) to dir+snapshot.CompleteSuffix and fsyncs the directory:
+// the snapshot store's Recover waits for the lock and commits what was
+// marked complete, whether or not the caller lived to see it.
 func (d *Driver) Checkpoint(ctx context.Context, id, dir string, leaveRunning bool) error {
 	if err := validID(id); err != nil {
 		return err
@@ -42,6 +54,21 @@ func (d *Driver) Checkpoint(ctx context.Context, id, dir string, leaveRunning bo
 		return fmt.Errorf("gvisor: checkpoint %s: image dir %q: not a directory (%v): %w", id, dir, err, model.ErrInvalid)
 	}
 	defer d.lock(id)()
+	st, found, err := d.state(ctx, id)
+	if err != nil {
+		return fmt.Errorf("gvisor: checkpoint %s: %w", id, err)
+	}
+	if !found {
+		return fmt.Errorf("gvisor: checkpoint %s: %w", id, runtime.ErrNotFound)
+	}
+	if st.Status != "running" && st.Status != "paused" {
+		return fmt.Errorf("gvisor: checkpoint %s: sandbox is %s, not running or paused: %w", id, st.Status, model.ErrConflict)
+	}
+	return d.checkpointDetached(ctx, id, dir, leaveRunning)
+}
+
+// checkpoint is Checkpoint's work, run by the helper process.
+func (d *Driver) checkpoint(ctx context.Context, id, dir string, leaveRunning bool) error {
 	st, found, err := d.state(ctx, id)
 	if err != nil {
 		return fmt.Errorf("gvisor: checkpoint %s: %w", id, err)
@@ -67,6 +94,9 @@ func (d *Driver) Checkpoint(ctx context.Context, id, dir string, leaveRunning bo
 			return fmt.Errorf("gvisor: checkpoint %s failed and the sandbox was lost (now %s; Delete it): %w", id, after, cerr)
 		}
 	}
+	if err := markComplete(dir); err != nil {
+		d.log.Warn("mark checkpoint complete", "id", id, "err", err)
+	}
 	d.log.Info("sandbox checkpointed", "id", id, "dir", dir, "leave_running", leaveRunning)
 	if !leaveRunning {
 		return nil
@@ -75,6 +105,24 @@ func (d *Driver) Checkpoint(ctx context.Context, id, dir string, leaveRunning bo
 		return fmt.Errorf("gvisor: checkpoint %s: the image is complete, but the sandbox was lost while resuming it (Delete it; it can be restored from the image): %w", id, err)
 	}
 	return nil
+}
+
+// markComplete renames dir's intent file to its completion marker (see
+// Checkpoint) and fsyncs their directory; without an intent file it does
+// nothing.
+func markComplete(dir string) error {
+	if err := os.Rename(dir+snapshot.IntentSuffix, dir+snapshot.CompleteSuffix); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	f, err := os.Open(filepath.Dir(dir))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
 }
 
 // resumeInPlace brings a sandbox that Checkpoint stopped back under the same
