@@ -19,7 +19,9 @@ import (
 // suspend and during a checkpoint task (what a fork starts with), restarts
 // it, and requires the sandbox to come through intact: the suspend ends
 // suspended and wakes with its file byte for byte, the checkpoint ends
-// with the sandbox running and the checkpoint usable for a fork. (Before
+// with the sandbox running and the checkpoint usable for a fork; and once
+// more while a rollback's `runsc delete` runs (the sandbox ends rolled
+// back). (Before
 // the checkpoint helper, runsc checkpoint completed after the worker died,
 // nobody marked the snapshot complete, and the restarted worker failed the
 // sandbox: "could not be adopted after a worker restart".)
@@ -53,11 +55,11 @@ func TestWorkerKilledDuringRunscCheckpoint(t *testing.T) {
 	// killDuring starts op and SIGKILLs the worker once runsc checkpoint of
 	// sb runs; it reports whether it caught that moment (the checkpoint of
 	// a small sandbox is short: then the caller tries again).
-	killDuring := func(t *testing.T, start func() (model.Operation, error)) (model.Operation, bool) {
+	killDuring := func(t *testing.T, verb string, start func() (model.Operation, error)) (model.Operation, bool) {
 		t.Helper()
 		found := make(chan bool, 1)
 		wctx, cancel := context.WithCancel(ctx)
-		go func() { found <- watchCheckpoint(wctx, sb.ID) }()
+		go func() { found <- watchRunsc(wctx, verb, sb.ID) }()
 		op, err := start()
 		if err != nil {
 			cancel()
@@ -75,7 +77,7 @@ func TestWorkerKilledDuringRunscCheckpoint(t *testing.T) {
 		}
 		if caught {
 			kill(s.worker, syscall.SIGKILL)
-			t.Logf("worker SIGKILLed while runsc checkpoint of %s ran (%s)", sb.ID, op.Kind)
+			t.Logf("worker SIGKILLed while runsc %s of %s ran (%s)", verb, sb.ID, op.Kind)
 			if err := s.startWorker(); err != nil {
 				t.Fatal(err)
 			}
@@ -123,7 +125,7 @@ func TestWorkerKilledDuringRunscCheckpoint(t *testing.T) {
 
 	t.Run("suspend", func(t *testing.T) {
 		for attempt := 1; ; attempt++ {
-			op, caught := killDuring(t, func() (model.Operation, error) { return c.SuspendSandbox(ctx, sb.ID) })
+			op, caught := killDuring(t, "checkpoint", func() (model.Operation, error) { return c.SuspendSandbox(ctx, sb.ID) })
 			got := settled(t, model.StateSuspended)
 			t.Logf("attempt %d: suspend %s (%s); sandbox %s %q", attempt, op.State, op.Reason, got.State, got.Reason)
 			wake(t)
@@ -139,7 +141,7 @@ func TestWorkerKilledDuringRunscCheckpoint(t *testing.T) {
 	t.Run("checkpoint", func(t *testing.T) {
 		for attempt := 1; ; attempt++ {
 			name := "crash" + string(rune('a'+attempt))
-			op, caught := killDuring(t, func() (model.Operation, error) { return c.CreateCheckpoint(ctx, sb.ID, name) })
+			op, caught := killDuring(t, "checkpoint", func() (model.Operation, error) { return c.CreateCheckpoint(ctx, sb.ID, name) })
 			got := settled(t, model.StateRunning)
 			t.Logf("attempt %d: checkpoint %s (%s); sandbox %s %q", attempt, op.State, op.Reason, got.State, got.Reason)
 			check(t, sb.ID, "after a checkpoint")
@@ -167,11 +169,36 @@ func TestWorkerKilledDuringRunscCheckpoint(t *testing.T) {
 			}
 		}
 	})
+	// A rollback releases the runtime, then restores the checkpoint: a
+	// worker killed in between (while runsc delete runs) must not lose the
+	// sandbox.
+	t.Run("rollback", func(t *testing.T) {
+		op, err := c.CreateCheckpoint(ctx, sb.ID, "rb")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if op, err = c.WaitOperation(ctx, op.ID); err != nil || op.State != model.OpSucceeded {
+			t.Fatalf("checkpoint rb: %+v, %v", op, err)
+		}
+		for attempt := 1; ; attempt++ {
+			sh(t, c, sb.ID, "echo after > /root/crash.bin")
+			op, caught := killDuring(t, "delete", func() (model.Operation, error) { return c.RollbackSandbox(ctx, sb.ID, "rb") })
+			got := settled(t, model.StateRunning)
+			t.Logf("attempt %d: rollback %s (%s); sandbox %s %q", attempt, op.State, op.Reason, got.State, got.Reason)
+			check(t, sb.ID, "after a rollback")
+			if caught {
+				return
+			}
+			if attempt == 10 {
+				t.Skip("SKIP: never caught runsc delete running in 10 rollbacks")
+			}
+		}
+	})
 }
 
-// watchCheckpoint returns true once a `runsc … checkpoint … id` process
-// runs, false when ctx ends first.
-func watchCheckpoint(ctx context.Context, id string) bool {
+// watchRunsc returns true once a `runsc … verb … id` process runs, false
+// when ctx ends first.
+func watchRunsc(ctx context.Context, verb, id string) bool {
 	for ctx.Err() == nil {
 		ents, err := os.ReadDir("/proc")
 		if err != nil {
@@ -189,7 +216,7 @@ func watchCheckpoint(ctx context.Context, id string) bool {
 				continue
 			}
 			args := strings.Split(string(b), "\x00")
-			if len(args) > 2 && strings.HasSuffix(args[0], "runsc") && hasArg(args, "checkpoint") && hasArg(args, id) {
+			if len(args) > 2 && strings.HasSuffix(args[0], "runsc") && hasArg(args, verb) && hasArg(args, id) {
 				return true
 			}
 		}

@@ -774,6 +774,9 @@ func (s *Store) GC() error {
 			if busy(p, sub.Name()) {
 				continue // a detached writer still runs (Recover timed out on it)
 			}
+			if sub.Name() == restoringFile {
+				continue
+			}
 			if strings.HasPrefix(sub.Name(), ".") {
 				errs = append(errs, os.RemoveAll(sp))
 				continue
@@ -788,6 +791,78 @@ func (s *Store) GC() error {
 		return fmt.Errorf("snapshot: gc: %w", err)
 	}
 	return nil
+}
+
+// restoringFile, in a sandbox's directory, records a restore in progress
+// (MarkRestoring); GC keeps it.
+const restoringFile = "restoring.json"
+
+// Restoring is a restore in progress of a sandbox from one of its committed
+// snapshots (a rollback: the runtime is released first, so a crash before
+// the restore is done leaves nothing running).
+type Restoring struct {
+	SnapshotID string          `json:"snapshot_id"`
+	Spec       json.RawMessage `json:"spec,omitempty"` // the caller's description of the sandbox
+}
+
+// MarkRestoring records r for sandboxID durably, before the caller
+// releases what runs, so that a worker that dies before the restore is
+// done finds it at its next start (Restorings) and finishes it.
+func (s *Store) MarkRestoring(sandboxID string, r Restoring) error {
+	if err := validName("sandbox id", sandboxID); err != nil {
+		return err
+	}
+	if err := validName("snapshot id", r.SnapshotID); err != nil {
+		return err
+	}
+	data, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("snapshot: mark %s restoring: %w", sandboxID, err)
+	}
+	if err := writeFileSync(s.sandboxDir(sandboxID), restoringFile, data); err != nil {
+		return fmt.Errorf("snapshot: mark %s restoring: %w", sandboxID, err)
+	}
+	return nil
+}
+
+// ClearRestoring removes what MarkRestoring recorded for sandboxID.
+func (s *Store) ClearRestoring(sandboxID string) error {
+	if err := validName("sandbox id", sandboxID); err != nil {
+		return err
+	}
+	if err := os.Remove(filepath.Join(s.sandboxDir(sandboxID), restoringFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("snapshot: clear %s restoring: %w", sandboxID, err)
+	}
+	return nil
+}
+
+// Restorings returns every restore in progress (MarkRestoring), by sandbox
+// id. An unreadable record is removed and reported in the error.
+func (s *Store) Restorings() (map[string]Restoring, error) {
+	paths, err := filepath.Glob(filepath.Join(s.root, "*", restoringFile))
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: list restores: %w", err)
+	}
+	out := map[string]Restoring{}
+	var errs []error
+	for _, p := range paths {
+		id := filepath.Base(filepath.Dir(p))
+		var r Restoring
+		data, err := os.ReadFile(p)
+		if err == nil {
+			err = json.Unmarshal(data, &r)
+		}
+		if err == nil {
+			err = validName("snapshot id", r.SnapshotID)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("snapshot: restore record of %s: %w", id, err))
+			os.Remove(p)
+			continue
+		}
+		out[id] = r
+	}
+	return out, errors.Join(errs...)
 }
 
 // busy reports whether entry name of sandbox dir sd belongs to a pending

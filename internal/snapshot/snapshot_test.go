@@ -711,3 +711,54 @@ func TestRecoverDetachedWriter(t *testing.T) {
 		}
 	}
 }
+
+// TestRestoring: a rollback's record survives GC (it is what a restarted
+// worker finishes the rollback from), is listed with its spec, and goes
+// with ClearRestoring or DeleteSandbox; an unreadable one is dropped with
+// an error.
+func TestRestoring(t *testing.T) {
+	s := open(t)
+	m := commit(t, s, sbID, randomFiles(), snapshot.Meta{Kind: snapshot.KindCheckpoint, Name: "cp1"})
+	spec := json.RawMessage(`{"id":"` + sbID + `"}`)
+	if err := s.MarkRestoring(sbID, snapshot.Restoring{SnapshotID: m.ID, Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.MarkRestoring(sbID, snapshot.Restoring{SnapshotID: "../x"}); !errors.Is(err, model.ErrInvalid) {
+		t.Fatalf("MarkRestoring with a bad snapshot id: %v", err)
+	}
+	if err := s.GC(); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := s.Restorings()
+	if err != nil || len(rs) != 1 || rs[sbID].SnapshotID != m.ID || string(rs[sbID].Spec) != string(spec) {
+		t.Fatalf("Restorings after GC: %+v, %v", rs, err)
+	}
+	if ms, _ := s.List(sbID); len(ms) != 1 {
+		t.Fatalf("List with a restore record: %+v", ms)
+	}
+	if err := s.ClearRestoring(sbID); err != nil {
+		t.Fatal(err)
+	}
+	if rs, err := s.Restorings(); err != nil || len(rs) != 0 {
+		t.Fatalf("Restorings after Clear: %+v, %v", rs, err)
+	}
+	if err := s.MarkRestoring(sbID, snapshot.Restoring{SnapshotID: m.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteSandbox(sbID); err != nil {
+		t.Fatal(err)
+	}
+	if rs, err := s.Restorings(); err != nil || len(rs) != 0 {
+		t.Fatalf("Restorings after DeleteSandbox: %+v, %v", rs, err)
+	}
+	commit(t, s, sbID, randomFiles(), snapshot.Meta{Kind: snapshot.KindCheckpoint})
+	if err := os.WriteFile(filepath.Join(s.Dir(), sbID, "restoring.json"), []byte("{garbage"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if rs, err := s.Restorings(); err == nil || len(rs) != 0 {
+		t.Fatalf("Restorings of a garbage record: %+v, %v", rs, err)
+	}
+	if rs, err := s.Restorings(); err != nil || len(rs) != 0 {
+		t.Fatalf("Restorings after the garbage record was dropped: %+v, %v", rs, err)
+	}
+}

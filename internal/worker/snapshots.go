@@ -130,6 +130,21 @@ func (w *Worker) rollbackTask(ctx context.Context, sb *sandbox, snap runtime.Sna
 		// Nothing was touched: the sandbox runs on as it was.
 		return workerapi.TaskResult{Error: fmt.Sprintf("checkpoint %q (snapshot %s): %v", t.Checkpoint, t.SnapshotID, err)}
 	}
+	// From the release of the runtime until the restore is done, nothing
+	// of the sandbox runs: a worker that dies meanwhile must find the
+	// rollback to finish at its next start (finishRestore).
+	spec, err := json.Marshal(s)
+	if err == nil {
+		err = w.cfg.Snapshots.MarkRestoring(sb.id, snapshot.Restoring{SnapshotID: m.ID, Spec: spec})
+	}
+	if err != nil {
+		return workerapi.TaskResult{Error: "record the rollback: " + err.Error()}
+	}
+	defer func() {
+		if err := w.cfg.Snapshots.ClearRestoring(sb.id); err != nil {
+			w.log.Warn("clear the rollback record", "sandbox", sb.id, "err", err)
+		}
+	}()
 	w.mu.Lock()
 	closeSandbox(sb)
 	w.mu.Unlock()
@@ -149,6 +164,52 @@ func (w *Worker) rollbackTask(ctx context.Context, sb *sandbox, snap runtime.Sna
 	w.mu.Unlock()
 	w.log.Info("sandbox rolled back", "sandbox", sb.id, "checkpoint", t.Checkpoint, "took", time.Since(t0))
 	return workerapi.TaskResult{}
+}
+
+// finishRestore completes a rollback of sandbox id that a worker crash
+// interrupted (recorded by rollbackTask with Store.MarkRestoring): whatever
+// the runtime has of it is released and it is restored from the recorded
+// checkpoint. It is called at adoption, before the first sync; the
+// retried rollback task then rolls back once more to the same checkpoint.
+func (w *Worker) finishRestore(ctx context.Context, id string, r snapshot.Restoring) {
+	sb := &sandbox{id: id}
+	err := func() error {
+		snap, ok := w.cfg.Driver.(runtime.Snapshotter)
+		if !ok {
+			return fmt.Errorf("worker %s cannot restore snapshots", w.cfg.ID)
+		}
+		var s model.Sandbox
+		if err := json.Unmarshal(r.Spec, &s); err != nil || s.ID != id {
+			return fmt.Errorf("the rollback record names no sandbox spec of %s (%v)", id, err)
+		}
+		m, dir, err := w.cfg.Snapshots.Get(id, r.SnapshotID)
+		if err != nil {
+			return fmt.Errorf("open checkpoint snapshot %s: %w", r.SnapshotID, err)
+		}
+		if err := w.cfg.Driver.Delete(context.WithoutCancel(ctx), id); err != nil {
+			return fmt.Errorf("release the runtime: %w", err)
+		}
+		h, ac, err := w.restoreFrom(ctx, s, m, dir, snap)
+		if err != nil {
+			return err
+		}
+		sb.handle, sb.agent = h, ac
+		return nil
+	}()
+	if err != nil {
+		w.log.Error("cannot finish a rollback interrupted by a worker restart", "sandbox", id, "snapshot", r.SnapshotID, "err", err)
+		sb.state, sb.reason = model.StateFailed, workerapi.TruncateReason("rollback interrupted by a worker restart could not be finished: "+err.Error())
+	} else {
+		w.log.Info("finished a rollback interrupted by a worker restart", "sandbox", id, "snapshot", r.SnapshotID)
+		sb.state = model.StateRunning
+	}
+	if err := w.cfg.Snapshots.ClearRestoring(id); err != nil {
+		w.log.Warn("clear the rollback record", "sandbox", id, "err", err)
+	}
+	w.mu.Lock()
+	w.sandboxes[id] = sb
+	w.mu.Unlock()
+	w.changed()
 }
 
 // taskLostRuntime marks sb failed when a failed task took its runtime

@@ -330,16 +330,36 @@ func (w *Worker) adopt(ctx context.Context) {
 		w.log.Error("list runtime sandboxes", "err", err)
 		return
 	}
+	// Rollbacks a crash interrupted are finished instead (finishRestore),
+	// whether or not the runtime still has something of the sandbox.
+	var restoring map[string]snapshot.Restoring
+	if w.cfg.Snapshots != nil {
+		if restoring, err = w.cfg.Snapshots.Restorings(); err != nil {
+			w.log.Warn("list interrupted rollbacks", "err", err)
+		}
+	}
 	// Adopt in parallel (bounded): one stuck sandbox must not hold up the rest.
 	sem := make(chan struct{}, 8)
 	var wg sync.WaitGroup
 	for _, id := range ids {
+		if _, ok := restoring[id]; ok {
+			continue
+		}
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
 			w.adoptOrDelete(ctx, id)
+		}()
+	}
+	for id, r := range restoring {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			w.finishRestore(ctx, id, r)
 		}()
 	}
 	wg.Wait()
