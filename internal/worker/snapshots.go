@@ -11,6 +11,13 @@ package worker
 // checkpoint of that name (a worker restart after it committed) reports it
 // instead of writing another.
 //
+// Crashes: a checkpoint whose worker died while the runtime wrote it is
+// committed at the next start if the runtime marked it complete (see
+// writeSnapshot and snapshot.Pending.Detach). A rollback is recorded in the
+// snapshot store (Store.MarkRestoring) before the runtime is released, and
+// a worker that died before the restore was done finishes it at its next
+// start (finishRestore, from adopt).
+//
 // Sources: a sandbox whose assignment has a model.Source (a fork, an
 // import) starts by restoring that snapshot under its own id instead of
 // booting its template.
