@@ -366,6 +366,11 @@ func (s *Store) Recover() ([]Manifest, error) {
 			os.Remove(mk) // GC removes the rest
 			continue
 		}
+		// A Commit the crash cut short may have left its manifest (or the
+		// temp file of it) in the pending dir: names no runtime writes
+		// (Commit refuses them as artifacts), so they go.
+		os.Remove(filepath.Join(p.dir, ManifestFile))
+		os.Remove(filepath.Join(p.dir, "."+ManifestFile+".tmp"))
 		m, err := p.Commit(meta)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("snapshot: recover %s of %s: %w", id, sandboxID, err))
