@@ -21,16 +21,20 @@ import (
 // runtime is started; /healthz is left out because its 503 ("no worker has
 // registered") is the documented answer there. scripts/test.sh installs
 // Schemathesis into a virtualenv under the test cache; the number of cases
-// per operation is bounded by AIRLOCK_APIFUZZ_EXAMPLES (default 40).
+// per operation is bounded by AIRLOCK_APIFUZZ_EXAMPLES (default 40) and the
+// whole run by AIRLOCK_APIFUZZ_SECONDS (default 90).
 func TestAPIFuzz(t *testing.T) {
 	s := need(t)
 	stBin := schemathesis()
 	if stBin == "" {
 		t.Skip("SKIP: schemathesis (`st`) not found: set AIRLOCK_SCHEMATHESIS, put st on PATH, or run scripts/test.sh, which installs it")
 	}
-	examples := 40
+	examples, budget := 40, 90
 	if v, err := strconv.Atoi(os.Getenv("AIRLOCK_APIFUZZ_EXAMPLES")); err == nil && v > 0 {
 		examples = v
+	}
+	if v, err := strconv.Atoi(os.Getenv("AIRLOCK_APIFUZZ_SECONDS")); err == nil && v > 0 {
+		budget = v
 	}
 	modRoot, err := moduleRoot()
 	if err != nil {
@@ -47,7 +51,8 @@ func TestAPIFuzz(t *testing.T) {
 	}
 	defer logf.Close()
 	srv := exec.Command(filepath.Join(s.bin, "airlock"), "server", "--listen", addr,
-		"--data-dir", filepath.Join(dir, "data"), "--worker-token", "apifuzz-worker-token")
+		"--data-dir", filepath.Join(dir, "data"))
+	srv.Env = append(os.Environ(), "AIRLOCK_WORKER_TOKEN=apifuzz-worker-token")
 	srv.Stdout, srv.Stderr = logf, logf
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
@@ -72,6 +77,8 @@ func TestAPIFuzz(t *testing.T) {
 		"--checks", "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
 		"--exclude-path", "/healthz",
 		"--max-examples", strconv.Itoa(examples),
+		// The fuzzing and stateful phases repeat until the budget is spent.
+		"--max-time", strconv.Itoa(budget),
 		"--seed", "20261201",
 		"--workers", "1",
 		"--request-timeout", "20",

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -86,6 +87,9 @@ func TestChurnSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := client.New(s.url(), k.Secret)
+	// The soak is one busy key: it waits out the per-key rate limit (429
+	// with Retry-After) rather than failing on it.
+	c.HTTPClient = &http.Client{Transport: retry429{http.DefaultTransport}}
 	rep := soakReport{Date: time.Now().UTC().Format(time.RFC3339), Trials: trials,
 		Kills: map[string]int{}, KillsDuring: map[string]int{}, Actions: map[string]int{}, OpsFailedWhy: map[string]int{}}
 	rng := mrand.New(mrand.NewPCG(uint64(time.Now().UnixNano()), 1))
@@ -231,7 +235,22 @@ func TestChurnSoak(t *testing.T) {
 		}
 	}
 
+	// failedNow counts a sandbox that failed during a trial as lost: the
+	// soak never asks for a sandbox to fail.
+	failedNow := func(sb *soakSandbox) {
+		if sb == nil || live[sb.id] == nil {
+			return
+		}
+		if got, err := c.GetSandbox(ctx, sb.id); err == nil && got.State == model.StateFailed {
+			lose(sb.id, "failed: "+got.Reason)
+		} else if errors.Is(err, model.ErrNotFound) {
+			lose(sb.id, "gone without a delete")
+		}
+	}
 	for i := range trials {
+		if i > 0 {
+			failedNow(pick()) // a random survivor, beside the one acted on below
+		}
 		action = []string{"create", "exec", "write", "suspend", "wake", "fork", "delete"}[rng.IntN(7)]
 		if len(live) == 0 || (action == "delete" && len(live) < 2) {
 			action = "create"
@@ -305,6 +324,9 @@ func TestChurnSoak(t *testing.T) {
 			ops = append(ops, op.ID)
 			maybeKill()
 			done := settle(op.ID, sb.id)
+			if action != "delete" {
+				failedNow(sb)
+			}
 			if action == "delete" {
 				if done.State != model.OpSucceeded {
 					deleteSandbox(t, ctx, c, sb.id) // the request stands; wait it out
@@ -484,4 +506,37 @@ func hostLeftovers(dir, id string) []string {
 func countFDs(pid int) int {
 	es, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 	return len(es)
+}
+
+// retry429 resends a request the server refused with 429 and a Retry-After
+// (rate limited, so not performed; a quota refusal has none) after that
+// time, when the body can be replayed.
+type retry429 struct{ next http.RoundTripper }
+
+func (r retry429) RoundTrip(req *http.Request) (*http.Response, error) {
+	for attempt := 0; ; attempt++ {
+		resp, err := r.next.RoundTrip(req)
+		if err != nil || resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" ||
+			attempt == 50 || (req.Body != nil && req.GetBody == nil) {
+			return resp, err
+		}
+		wait := 200 * time.Millisecond
+		if n, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && n > 0 {
+			wait = time.Duration(n) * time.Second
+		}
+		resp.Body.Close()
+		select {
+		case <-req.Context().Done():
+			return nil, req.Context().Err()
+		case <-time.After(wait):
+		}
+		if req.GetBody != nil {
+			body, err := req.GetBody()
+			if err != nil {
+				return nil, err
+			}
+			req = req.Clone(req.Context())
+			req.Body = body
+		}
+	}
 }
