@@ -489,10 +489,17 @@ func TestPathsStayInside(t *testing.T) {
 	if r := sh(t, c, sb.ID, "cat /tmp/"+name); r.stdout != "x" {
 		t.Errorf("the write did not land inside the sandbox: %q", r.stdout)
 	}
-	// A symlink to / inside the sandbox is the sandbox's /, not the host's.
-	sh(t, c, sb.ID, "ln -s / /home/user/hostroot && ln -s /etc /home/user/etc-link")
+	// A symlink to / inside the sandbox is the sandbox's /, not the host's
+	// (made by root: the file API follows only root's symlinks in a write's
+	// directories, see docs/security.md).
+	run(t, c, sb.ID, client.CreateCommandRequest{Argv: []string{"sh", "-c", "ln -s / /home/user/hostroot && ln -s /etc /home/user/etc-link"}, User: "root"}, nil)
 	if _, err := f.Write(ctx, "/home/user/hostroot/tmp/"+name+"-2", strings.NewReader("y"), "", ""); err != nil {
 		t.Fatal(err)
+	}
+	// One planted by guest code running as user is refused, naming it.
+	sh(t, c, sb.ID, "ln -s / /home/user/userroot")
+	if _, err := f.Write(ctx, "/home/user/userroot/tmp/"+name+"-3", strings.NewReader("y"), "", ""); err == nil || !strings.Contains(err.Error(), "symlink") {
+		t.Errorf("a write through a symlink planted by user: %v, want a refusal naming the symlink", err)
 	}
 	if _, err := os.Stat(hostPath + "-2"); err == nil {
 		os.Remove(hostPath + "-2")
