@@ -218,6 +218,32 @@ func TestChurnSoak(t *testing.T) {
 		waitUsable(t, c, sb.id)
 		return true
 	}
+	// verifyFiles checks every acknowledged file of sb (woken first); a
+	// missing or changed one loses the sandbox.
+	verifyFiles := func(sb *soakSandbox) {
+		if len(sb.files) == 0 || !ensureRunning(sb) {
+			return
+		}
+		fc, err := c.Files(ctx, sb.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, sum := range sb.files {
+			rc, err := fc.Read(ctx, name)
+			if err != nil {
+				lose(sb.id, fmt.Sprintf("read %s: %v", name, err))
+				return
+			}
+			h := sha256.New()
+			_, err = io.Copy(h, rc)
+			rc.Close()
+			rep.FilesChecked++
+			if err != nil || hex.EncodeToString(h.Sum(nil)) != sum {
+				lose(sb.id, fmt.Sprintf("%s differs (err %v)", name, err))
+				return
+			}
+		}
+	}
 	create := func(req client.CreateSandboxRequest) {
 		sb, op, err := c.CreateSandbox(ctx, req, "")
 		if err != nil {
@@ -307,6 +333,12 @@ func TestChurnSoak(t *testing.T) {
 		case "suspend", "wake", "delete":
 			do := map[string]func(context.Context, string) (model.Operation, error){
 				"suspend": c.SuspendSandbox, "wake": c.WakeSandbox, "delete": c.DeleteSandbox}[action]
+			if action == "delete" {
+				verifyFiles(sb) // every acknowledged write is checked before its sandbox goes
+				if live[sb.id] == nil {
+					continue // lost (and deleted) by the check
+				}
+			}
 			if action == "wake" {
 				got, _ := c.GetSandbox(ctx, sb.id)
 				if got.State != model.StateSuspended {
@@ -377,28 +409,7 @@ func TestChurnSoak(t *testing.T) {
 
 	// Every acknowledged sandbox holds every acknowledged file.
 	for _, sb := range live {
-		if !ensureRunning(sb) {
-			continue
-		}
-		fc, err := c.Files(ctx, sb.id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for name, sum := range sb.files {
-			rc, err := fc.Read(ctx, name)
-			if err != nil {
-				lose(sb.id, fmt.Sprintf("read %s: %v", name, err))
-				break
-			}
-			h := sha256.New()
-			_, err = io.Copy(h, rc)
-			rc.Close()
-			rep.FilesChecked++
-			if err != nil || hex.EncodeToString(h.Sum(nil)) != sum {
-				lose(sb.id, fmt.Sprintf("%s differs (err %v)", name, err))
-				break
-			}
-		}
+		verifyFiles(sb)
 	}
 	for id := range live {
 		deleteSandbox(t, ctx, c, id)
