@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -22,6 +21,7 @@ import (
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/service"
 	"github.com/airlock/airlock/internal/snapshot"
+	"github.com/airlock/airlock/internal/snapshot/snapshottest"
 )
 
 // TestCheckpointRollbackForkExport drives the snapshot features end to end
@@ -218,11 +218,11 @@ func TestCheckpointRollbackForkExport(t *testing.T) {
 	wantStatus(t, "unsigned archive with a bad name", err, http.StatusUnprocessableEntity, `"unsigned_imports" feature gate`)
 	_, _, err = c.ImportSandbox(ctx, client.CreateSandboxRequest{}, io.MultiReader(bytes.NewReader(tarNoEnd(t, "pages.img", []byte("x"))), bytes.NewReader(archive.Bytes())))
 	wantStatus(t, "manifest not first", err, http.StatusUnprocessableEntity, `first entry is "pages.img"`)
-	flood := &metaFlood{}
+	flood := &snapshottest.MetaFlood{}
 	_, _, err = c.ImportSandbox(ctx, client.CreateSandboxRequest{}, io.LimitReader(flood, 256<<20))
 	wantStatus(t, "meta-header flood", err, http.StatusUnprocessableEntity, "first entries take more than")
-	if flood.n >= 256<<20 {
-		t.Fatalf("the server read the whole meta-header flood (%d bytes) before refusing it", flood.n)
+	if flood.N >= 256<<20 {
+		t.Fatalf("the server read the whole meta-header flood (%d bytes) before refusing it", flood.N)
 	}
 	bad := bytes.Clone(archive.Bytes())
 	bad[len(bad)/2] ^= 0xff // inside an artifact: its sha256 no longer matches
@@ -397,32 +397,4 @@ func tarNoEnd(t *testing.T, name string, body []byte) []byte {
 	tw.Write(body)
 	tw.Flush()
 	return buf.Bytes()
-}
-
-// metaFlood yields tar meta headers without end, alternating GNU
-// long-name ('L') and PAX ('x') headers of size 0: archive/tar's Next
-// skips them all while it looks for a real entry.
-type metaFlood struct{ n int64 }
-
-func (f *metaFlood) Read(p []byte) (int, error) {
-	var blk [2][512]byte
-	for i, typ := range []byte{tar.TypeGNULongName, tar.TypeXHeader} {
-		b := &blk[i]
-		copy(b[0:], "././@LongLink")
-		copy(b[100:], "0000644\x000000000\x000000000\x0000000000000\x0000000000000\x00")
-		b[156] = typ
-		copy(b[257:], map[byte]string{tar.TypeGNULongName: "ustar  \x00", tar.TypeXHeader: "ustar\x0000"}[typ])
-		copy(b[148:156], "        ")
-		sum := 0
-		for _, c := range b {
-			sum += int(c)
-		}
-		copy(b[148:], fmt.Sprintf("%06o\x00 ", sum))
-	}
-	n := 0
-	for len(p) > 0 {
-		c := copy(p, blk[(f.n/512)%2][f.n%512:])
-		p, n, f.n = p[c:], n+c, f.n+int64(c)
-	}
-	return n, nil
 }

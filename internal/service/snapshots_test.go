@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/service"
 	"github.com/airlock/airlock/internal/snapshot"
+	"github.com/airlock/airlock/internal/snapshot/snapshottest"
 	"github.com/airlock/airlock/internal/store/pgtest"
 	"github.com/airlock/airlock/internal/store/postgres"
 )
@@ -44,62 +44,19 @@ func importServiceOn(t *testing.T, s *service.Service, fs ...string) *service.Se
 	return s
 }
 
-// metaFlood yields tar meta headers (GNU long-name 'L' and PAX 'x', size
-// 0) without end: archive/tar's Next skips them all looking for a real
-// entry.
-type metaFlood struct {
-	n   int64 // bytes read
-	blk [2][512]byte
-}
-
-func newMetaFlood() *metaFlood {
-	f := &metaFlood{}
-	for i, typ := range []byte{tar.TypeGNULongName, tar.TypeXHeader} {
-		b := &f.blk[i]
-		copy(b[0:], "././@LongLink")
-		copy(b[100:], "0000644\x00")
-		copy(b[108:], "0000000\x00")
-		copy(b[116:], "0000000\x00")
-		copy(b[124:], "00000000000\x00")
-		copy(b[136:], "00000000000\x00")
-		b[156] = typ
-		if typ == tar.TypeGNULongName {
-			copy(b[257:], "ustar  \x00")
-		} else {
-			copy(b[257:], "ustar\x0000")
-		}
-		copy(b[148:156], "        ")
-		sum := 0
-		for _, c := range b {
-			sum += int(c)
-		}
-		copy(b[148:], fmt.Sprintf("%06o\x00 ", sum))
-	}
-	return f
-}
-
-func (f *metaFlood) Read(p []byte) (int, error) {
-	n := 0
-	for len(p) > 0 {
-		c := copy(p, f.blk[(f.n/512)%2][f.n%512:])
-		p, n, f.n = p[c:], n+c, f.n+int64(c)
-	}
-	return n, nil
-}
-
 // TestImportMetaHeaderFlood: an archive that is an endless run of tar meta
 // headers is refused after at most snapshot.MaxHeadBytes, not buffered
 // whole (security review M1).
 func TestImportMetaHeaderFlood(t *testing.T) {
 	s := importService(t, model.FeatureSnapshots)
-	flood := newMetaFlood()
+	flood := &snapshottest.MetaFlood{}
 	_, _, err := s.ImportSandbox(t.Context(), operator, apitypes.CreateSandboxRequest{}, io.LimitReader(flood, 256<<20), "")
-	t.Logf("read %d bytes: %v", flood.n, err)
+	t.Logf("read %d bytes: %v", flood.N, err)
 	if !errors.Is(err, model.ErrUnprocessable) && !errors.Is(err, model.ErrInvalid) {
 		t.Fatalf("import of a meta-header flood: %v, want 422", err)
 	}
-	if flood.n > 2<<20+64<<10 {
-		t.Fatalf("import read %d bytes of a meta-header flood before refusing it; want at most about 2 MiB", flood.n)
+	if flood.N > 2<<20+64<<10 {
+		t.Fatalf("import read %d bytes of a meta-header flood before refusing it; want at most about 2 MiB", flood.N)
 	}
 }
 

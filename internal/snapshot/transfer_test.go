@@ -13,59 +13,17 @@ import (
 
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/snapshot"
+	"github.com/airlock/airlock/internal/snapshot/snapshottest"
 )
-
-// metaFlood yields tar meta headers without end, alternating GNU long-name
-// ('L') and PAX ('x') headers of size 0, which archive/tar's Next skips
-// while it looks for a real entry.
-type metaFlood struct {
-	n   int64 // bytes read
-	blk [2][512]byte
-}
-
-func newMetaFlood() *metaFlood {
-	f := &metaFlood{}
-	for i, typ := range []byte{tar.TypeGNULongName, tar.TypeXHeader} {
-		b := &f.blk[i]
-		copy(b[0:], "././@LongLink")
-		copy(b[100:], "0000644\x00")
-		copy(b[108:], "0000000\x00")
-		copy(b[116:], "0000000\x00")
-		copy(b[124:], "00000000000\x00")
-		copy(b[136:], "00000000000\x00")
-		b[156] = typ
-		if typ == tar.TypeGNULongName {
-			copy(b[257:], "ustar  \x00")
-		} else {
-			copy(b[257:], "ustar\x0000")
-		}
-		copy(b[148:156], "        ")
-		sum := 0
-		for _, c := range b {
-			sum += int(c)
-		}
-		copy(b[148:], fmt.Sprintf("%06o\x00 ", sum))
-	}
-	return f
-}
-
-func (f *metaFlood) Read(p []byte) (int, error) {
-	n := 0
-	for len(p) > 0 {
-		c := copy(p, f.blk[(f.n/512)%2][f.n%512:])
-		p, n, f.n = p[c:], n+c, f.n+int64(c)
-	}
-	return n, nil
-}
 
 // TestReadHeadMetaHeaderFlood: an endless run of meta headers, before the
 // manifest or after it, is refused once MaxHeadBytes are read (security
 // review M1: the API server used to buffer it all).
 func TestReadHeadMetaHeaderFlood(t *testing.T) {
 	// The flood really is one that archive/tar reads to the end.
-	probe := newMetaFlood()
-	if _, err := tar.NewReader(io.LimitReader(probe, 4<<20)).Next(); err == nil || probe.n != 4<<20 {
-		t.Fatalf("archive/tar stopped after %d bytes of the flood (%v): the test stream is not a meta-header flood", probe.n, err)
+	probe := &snapshottest.MetaFlood{}
+	if _, err := tar.NewReader(io.LimitReader(probe, 4<<20)).Next(); err == nil || probe.N != 4<<20 {
+		t.Fatalf("archive/tar stopped after %d bytes of the flood (%v): the test stream is not a meta-header flood", probe.N, err)
 	}
 	for _, tc := range []struct {
 		name   string
@@ -75,16 +33,16 @@ func TestReadHeadMetaHeaderFlood(t *testing.T) {
 		{"after the manifest", streamNoEnd(manifestEntry())},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			flood := newMetaFlood()
+			flood := &snapshottest.MetaFlood{}
 			r := io.MultiReader(bytes.NewReader(tc.before), io.LimitReader(flood, 256<<20))
 			_, err := snapshot.ReadHead(r)
 			if !errors.Is(err, model.ErrInvalid) || !strings.Contains(err.Error(), "more than") {
 				t.Fatalf("ReadHead = %v, want ErrInvalid saying the first entries are too long", err)
 			}
-			if got := int64(len(tc.before)) + flood.n; got > snapshot.MaxHeadBytes {
+			if got := int64(len(tc.before)) + flood.N; got > snapshot.MaxHeadBytes {
 				t.Fatalf("ReadHead read %d bytes, more than MaxHeadBytes %d", got, snapshot.MaxHeadBytes)
 			}
-			t.Logf("refused after %d bytes: %v", int64(len(tc.before))+flood.n, err)
+			t.Logf("refused after %d bytes: %v", int64(len(tc.before))+flood.N, err)
 		})
 	}
 }
