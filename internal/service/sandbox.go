@@ -36,6 +36,10 @@ const (
 	templateListingHint = "GET /v1/templates lists them"
 )
 
+// errTemplateNotFound is what resolveTemplate wraps when a well-formed
+// reference names no template here; it is also a model.ErrUnprocessable.
+var errTemplateNotFound = fmt.Errorf("template not found: %w", model.ErrUnprocessable)
+
 // CreateSandbox validates req, records a pending sandbox that should be
 // running and the create operation that tracks it, and wakes the
 // controllers. A repeated idempotencyKey (per org) returns the sandbox and
@@ -173,7 +177,7 @@ func (s *Service) resolveTemplate(ctx context.Context, ref string) (model.Templa
 		t, err = s.Store.GetTemplate(ctx, name, tag)
 	}
 	if errors.Is(err, model.ErrNotFound) {
-		return model.Template{}, "", model.Errorf(model.ErrUnprocessable, "template %q not found; %s", ref, templateListingHint)
+		return model.Template{}, "", model.Errorf(errTemplateNotFound, "template %q not found; %s", ref, templateListingHint)
 	}
 	if err != nil {
 		return model.Template{}, "", fmt.Errorf("resolve template %q: %w", ref, err)

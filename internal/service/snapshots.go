@@ -624,7 +624,7 @@ func (s *Service) importTemplate(ctx context.Context, ref string, tpl model.Temp
 	switch {
 	case err == nil && t.Digest == tpl.Digest:
 		return got, nil
-	case err == nil, errors.Is(err, model.ErrUnprocessable) && strings.Contains(err.Error(), templateListingHint):
+	case err == nil, errors.Is(err, errTemplateNotFound):
 		return tpl.Digest, nil // a valid reference that names another template here, or none
 	case errors.Is(err, model.ErrUnprocessable):
 		return "", model.Errorf(model.ErrUnprocessable, "the archive's manifest names template %q: %v", ref, err)
