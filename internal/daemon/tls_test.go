@@ -1,16 +1,9 @@
 package daemon
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -19,46 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock/airlock/internal/daemon/tlstest"
 	"github.com/airlock/airlock/internal/workerapi"
 )
-
-// testPKI writes a CA and a certificate for 127.0.0.1 signed by it, and
-// returns the files.
-func testPKI(t *testing.T) (caFile, certFile, keyFile string) {
-	t.Helper()
-	dir := t.TempDir()
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	caTpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "airlock test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTpl, caTpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "airlock server"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		KeyUsage: x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, _ := x509.MarshalECPrivateKey(key)
-	write := func(name, typ string, b []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	return write("ca.pem", "CERTIFICATE", caDER), write("cert.pem", "CERTIFICATE", der), write("key.pem", "EC PRIVATE KEY", kb)
-}
 
 // TestServerServesTLSAndWorkerTrustsCA: `airlock server --tls-cert/--tls-key`
 // serves the API and the worker API over https only (the worker token and
@@ -67,7 +23,7 @@ func testPKI(t *testing.T) (caFile, certFile, keyFile string) {
 // the CA with --tls-ca registers over https, while a client without the CA
 // is refused by certificate verification.
 func TestServerServesTLSAndWorkerTrustsCA(t *testing.T) {
-	caFile, certFile, keyFile := testPKI(t)
+	caFile, certFile, keyFile := tlstest.WritePKI(t, t.TempDir())
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "join.token")
 	if err := os.WriteFile(tokenFile, []byte("join-from-file\n"), 0o600); err != nil {

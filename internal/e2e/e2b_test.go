@@ -41,46 +41,17 @@ func TestE2BSDK(t *testing.T) {
 func TestE2BSDKUp(t *testing.T) {
 	s := need(t)
 	suite := e2bSuiteDir(t)
-	dir := t.TempDir()
-	t.Cleanup(func() { syscall.Unmount(filepath.Join(dir, "runsc", "null-netns"), syscall.MNT_DETACH) })
-	for _, d := range []string{"cache", "bin"} {
-		if err := os.Symlink(filepath.Join(s.workerDir, d), filepath.Join(dir, d)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir := upDataDir(t, s)
 	addr, err := freeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
 	url := "http://" + addr
 	logPath := filepath.Join(dir, "up.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	up := exec.Command(filepath.Join(s.bin, "airlock"), "up", "--listen", addr, "--data-dir", dir)
-	up.Stdout, up.Stderr = logf, logf
-	if err := up.Start(); err != nil {
-		t.Fatal(err)
-	}
-	logf.Close()
+	up := startUp(t, s, http.DefaultClient, url, addr, dir, logPath)
 	defer kill(up, syscall.SIGTERM)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	for {
-		resp, err := http.Get(url + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 && readTrim(filepath.Join(dir, "admin.key")) != "" {
-				break
-			}
-		}
-		if ctx.Err() != nil {
-			b, _ := os.ReadFile(logPath)
-			t.Fatalf("airlock up not healthy:\n%s", b)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 	admin := client.New(url, readTrim(filepath.Join(dir, "admin.key")))
 	defer func() { // delete what the suite left
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -2,9 +2,7 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"os"
 	"os/exec"
@@ -12,7 +10,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // TestUpAndCLI drives `airlock up` (server + worker in one process over
@@ -20,71 +17,19 @@ import (
 // it and checks the second start reuses everything.
 func TestUpAndCLI(t *testing.T) {
 	s := need(t)
-	dir := t.TempDir()
-	// runsc keeps one nsfs mount per state dir for --network=none sandboxes.
-	t.Cleanup(func() { syscall.Unmount(filepath.Join(dir, "runsc", "null-netns"), syscall.MNT_DETACH) })
-	// Share the built runsc and Debian layer; everything else is this
-	// instance's own.
-	for _, d := range []string{"cache", "bin"} {
-		if err := os.Symlink(filepath.Join(s.workerDir, d), filepath.Join(dir, d)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir := upDataDir(t, s)
 	addr, err := freeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
 	url := "http://" + addr
 	logPath := filepath.Join(dir, "up.log")
-	start := func() *exec.Cmd {
-		logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(filepath.Join(s.bin, "airlock"), "up", "--listen", addr, "--data-dir", dir)
-		cmd.Stdout, cmd.Stderr = logf, logf
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		logf.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		for {
-			resp, err := http.Get(url + "/healthz")
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == 200 && readTrim(filepath.Join(dir, "admin.key")) != "" {
-					return cmd
-				}
-			}
-			if ctx.Err() != nil {
-				b, _ := os.ReadFile(logPath)
-				t.Fatalf("airlock up not healthy:\n%s", b)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
+	start := func() *exec.Cmd { return startUp(t, s, http.DefaultClient, url, addr, dir, logPath) }
 	up := start()
 	defer func() { kill(up, syscall.SIGTERM) }()
 
 	env := append(os.Environ(), "AIRLOCK_URL="+url, "AIRLOCK_API_KEY="+readTrim(filepath.Join(dir, "admin.key")))
-	cli := func(stdin string, args ...string) (string, int) {
-		t.Helper()
-		cmd := exec.Command(filepath.Join(s.bin, "airlock"), args...)
-		cmd.Env = env
-		cmd.Stdin = strings.NewReader(stdin)
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		var ee *exec.ExitError
-		if err != nil && !errors.As(err, &ee) {
-			t.Fatalf("airlock %v: %v", args, err)
-		}
-		if code := cmd.ProcessState.ExitCode(); code != 0 {
-			t.Logf("airlock %v: exit %d: %s", args, code, errb.String())
-		}
-		return out.String(), cmd.ProcessState.ExitCode()
-	}
+	cli := airlockCLI(t, s, env)
 	out, code := cli("", "sandbox", "create", "--json")
 	if code != 0 {
 		t.Fatalf("sandbox create: exit %d: %s", code, out)

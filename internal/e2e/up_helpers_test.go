@@ -1,0 +1,86 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// upDataDir returns a data dir for one `airlock up` instance: it shares
+// the stack's built runsc and Debian layer, everything else is its own.
+func upDataDir(t *testing.T, s *stack) string {
+	t.Helper()
+	dir := t.TempDir()
+	// runsc keeps one nsfs mount per state dir for --network=none sandboxes.
+	t.Cleanup(func() { syscall.Unmount(filepath.Join(dir, "runsc", "null-netns"), syscall.MNT_DETACH) })
+	for _, d := range []string{"cache", "bin"} {
+		if err := os.Symlink(filepath.Join(s.workerDir, d), filepath.Join(dir, d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// startUp starts `airlock up --listen addr --data-dir dir args...` with
+// its output appended to logPath, and returns once it answers url's
+// /healthz through hc and has written admin.key (within 5 minutes).
+func startUp(t *testing.T, s *stack, hc *http.Client, url, addr, dir, logPath string, args ...string) *exec.Cmd {
+	t.Helper()
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(s.bin, "airlock"), append([]string{"up", "--listen", addr, "--data-dir", dir}, args...)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	logf.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	for {
+		resp, err := hc.Get(url + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 && readTrim(filepath.Join(dir, "admin.key")) != "" {
+				return cmd
+			}
+		}
+		if ctx.Err() != nil {
+			b, _ := os.ReadFile(logPath)
+			t.Fatalf("airlock up not healthy at %s:\n%s", url, b)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// airlockCLI returns a function that runs the built airlock CLI with env
+// and the given stdin, and returns its stdout and exit code (logging its
+// stderr when it fails).
+func airlockCLI(t *testing.T, s *stack, env []string) func(stdin string, args ...string) (string, int) {
+	return func(stdin string, args ...string) (string, int) {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(s.bin, "airlock"), args...)
+		cmd.Env = env
+		cmd.Stdin = strings.NewReader(stdin)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatalf("airlock %v: %v", args, err)
+		}
+		if code := cmd.ProcessState.ExitCode(); code != 0 {
+			t.Logf("airlock %v: exit %d: %s", args, code, errb.String())
+		}
+		return out.String(), cmd.ProcessState.ExitCode()
+	}
+}
