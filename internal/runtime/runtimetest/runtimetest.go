@@ -168,11 +168,19 @@ func (s *suite) exec(t *testing.T, b *box, argv ...string) (string, int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	pid := fmt.Sprintf("rt-%d", s.seq.Add(1))
-	if _, err := b.c.StartProcess(ctx, agentapi.ProcessSpec{ID: pid, Argv: argv, User: "root"}); err != nil {
+	return RunRoot(ctx, t, b.c, fmt.Sprintf("rt-%d", s.seq.Add(1)), argv...)
+}
+
+// RunRoot runs argv as root in the sandbox behind c as process pid, waits
+// for it within ctx, and returns its combined output and exit code. It
+// fails t when the process cannot be started or run, or its output breaks
+// off.
+func RunRoot(ctx context.Context, t testing.TB, c *agentclient.Client, pid string, argv ...string) (string, int) {
+	t.Helper()
+	if _, err := c.StartProcess(ctx, agentapi.ProcessSpec{ID: pid, Argv: argv, User: "root"}); err != nil {
 		t.Fatalf("start %v: %v", argv, err)
 	}
-	out, err := b.c.Output(ctx, pid, 0)
+	out, err := c.Output(ctx, pid, 0)
 	if err != nil {
 		t.Fatalf("output of %v: %v", argv, err)
 	}
