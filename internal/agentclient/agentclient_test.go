@@ -216,28 +216,13 @@ func TestSignalAndTimeout(t *testing.T) {
 			id := newID()
 			// The sleep is a child of sh: the whole group must get the signal
 			// for the output pipes to close.
-			pi, err := h.client.StartProcess(ctx, agentapi.ProcessSpec{ID: id, User: "root", TimeoutS: tt.timeout,
-				Argv: []string{"sh", "-c", "echo started; sleep 1000; echo never"}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, err := h.client.Output(ctx, id, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			kind, payload, err := s.Next()
-			if err != nil || kind != agentapi.FrameStdout || string(payload) != "started\n" {
-				t.Fatalf("first frame %d %q %v", kind, payload, err)
-			}
+			pi, s := startStarted(ctx, t, h.client, id, "echo started; sleep 1000; echo never", tt.timeout)
 			// Signal once sleep runs: sh -c catches INT and only acts on it
 			// after its foreground job, so an INT that arrives before sh has
 			// forked sleep leaves sleep running (as a Ctrl-C would).
 			var sleeps []int
 			if tt.signal != "" {
-				sleeps = append(sleeps, waitForChild(ctx, t, pi.PID, "sleep").pid)
-				if err := h.client.Signal(ctx, id, tt.signal); err != nil {
-					t.Fatal(err)
-				}
+				sleeps = append(sleeps, signalSleeping(ctx, t, h.client, id, pi.PID, tt.signal))
 			}
 			r := collect(t, s)
 			if r.exit != tt.want || r.stdout.Len() != 0 {
@@ -246,7 +231,7 @@ func TestSignalAndTimeout(t *testing.T) {
 			if left := leftOf(pi.PID, sleeps...); len(left) > 0 {
 				t.Fatalf("processes of the command left alive: %+v", left)
 			}
-			pi, err = h.client.GetProcess(ctx, id)
+			pi, err := h.client.GetProcess(ctx, id)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/airlock/airlock/internal/agentapi"
+	"github.com/airlock/airlock/internal/agentclient"
 )
 
 // The harness agent runs on this host, so the tests can look at the
@@ -100,6 +101,37 @@ func waitForChild(ctx context.Context, t *testing.T, pid int, comm string) hostP
 	}
 }
 
+// startStarted starts `sh -c script` as root (with the given timeout in
+// seconds, 0 for none) as process id, and returns its info and output
+// stream once its first frame, "started\n" on stdout, has come.
+func startStarted(ctx context.Context, t *testing.T, c *agentclient.Client, id, script string, timeoutS int) (agentapi.ProcessInfo, *agentclient.OutputStream) {
+	t.Helper()
+	pi, err := c.StartProcess(ctx, agentapi.ProcessSpec{ID: id, User: "root", TimeoutS: timeoutS, Argv: []string{"sh", "-c", script}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Output(ctx, id, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kind, payload, err := s.Next()
+	if err != nil || kind != agentapi.FrameStdout || string(payload) != "started\n" {
+		t.Fatalf("first frame %d %q %v", kind, payload, err)
+	}
+	return pi, s
+}
+
+// signalSleeping waits until a sleep runs below pid, sends sig to command
+// id, and returns the sleep's pid.
+func signalSleeping(ctx context.Context, t *testing.T, c *agentclient.Client, id string, pid int, sig string) int {
+	t.Helper()
+	sleep := waitForChild(ctx, t, pid, "sleep").pid
+	if err := c.Signal(ctx, id, sig); err != nil {
+		t.Fatal(err)
+	}
+	return sleep
+}
+
 // leftOf lists the processes of a finished command that are still alive:
 // members of its session (sid = the leader's pid) and the given pids.
 func leftOf(sid int, pids ...int) []hostProc {
@@ -152,26 +184,11 @@ func TestSignalEndsWholeCommand(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			id := newID()
-			pi, err := h.client.StartProcess(ctx, agentapi.ProcessSpec{ID: id, User: "root", TimeoutS: tt.timeout,
-				Argv: []string{"sh", "-c", tt.script}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, err := h.client.Output(ctx, id, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			kind, payload, err := s.Next()
-			if err != nil || kind != agentapi.FrameStdout || string(payload) != "started\n" {
-				t.Fatalf("first frame %d %q %v", kind, payload, err)
-			}
+			pi, s := startStarted(ctx, t, h.client, id, tt.script, tt.timeout)
 			var sleeps []int
 			if tt.signal != "" {
 				// The dodging child is running before the signal is sent.
-				sleeps = append(sleeps, waitForChild(ctx, t, pi.PID, "sleep").pid)
-				if err := h.client.Signal(ctx, id, tt.signal); err != nil {
-					t.Fatal(err)
-				}
+				sleeps = append(sleeps, signalSleeping(ctx, t, h.client, id, pi.PID, tt.signal))
 			} else {
 				for _, p := range descendants(pi.PID) {
 					sleeps = append(sleeps, p.pid)
