@@ -59,9 +59,7 @@ func TestSyncOversizedBodyKeepsWorker(t *testing.T) {
 	e := newEnv(t)
 	w := e.worker("w1")
 	w.register(baseTemplate)
-	e.createSandbox("sb1", 512)
-	e.reconcile()
-	w.sync(-1, 0, workerapi.Observed{SandboxID: "sb1", State: model.StateRunning})
+	e.runningSandbox(w, "sb1")
 
 	for range 3 { // every sync of the runaway worker
 		e.clock.Advance(2 * e.c.HeartbeatTTL())
