@@ -41,14 +41,9 @@ func TestE2BSDK(t *testing.T) {
 func TestE2BSDKUp(t *testing.T) {
 	s := need(t)
 	suite := e2bSuiteDir(t)
-	dir := upDataDir(t, s)
-	addr, err := freeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := "http://" + addr
-	logPath := filepath.Join(dir, "up.log")
-	up := startUp(t, s, http.DefaultClient, url, addr, dir, logPath)
+	u := newUp(t, s, "http")
+	dir, url, logPath := u.dir, u.url, u.logPath
+	up := u.start(t, s, http.DefaultClient)
 	defer kill(up, syscall.SIGTERM)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

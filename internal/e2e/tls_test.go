@@ -21,20 +21,15 @@ import (
 // daemon prints (stdout or stderr) contains the admin key.
 func TestUpOverTLS(t *testing.T) {
 	s := need(t)
-	dir := upDataDir(t, s)
+	u := newUp(t, s, "https")
+	dir, addr, url, logPath := u.dir, u.addr, u.url, u.logPath
 	caFile, certFile, keyFile := tlstest.WritePKI(t, t.TempDir())
-	addr, err := freeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := "https://" + addr
-	logPath := filepath.Join(dir, "up.log")
 	// The CLI trusts the CA through SSL_CERT_FILE; the health check here, through hc.
 	pool := x509.NewCertPool()
 	pemCA, _ := os.ReadFile(caFile)
 	pool.AppendCertsFromPEM(pemCA)
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-	up := startUp(t, s, hc, url, addr, dir, logPath, "--qemu=false", "--tls-cert", certFile, "--tls-key", keyFile)
+	up := u.start(t, s, hc, "--qemu=false", "--tls-cert", certFile, "--tls-key", keyFile)
 	defer func() { kill(up, syscall.SIGTERM) }()
 	if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
 		resp.Body.Close()

@@ -14,9 +14,16 @@ import (
 	"time"
 )
 
-// upDataDir returns a data dir for one `airlock up` instance: it shares
-// the stack's built runsc and Debian layer, everything else is its own.
-func upDataDir(t *testing.T, s *stack) string {
+// upInstance is one `airlock up` of a test: its data dir, listen
+// address, URL and log file.
+type upInstance struct {
+	dir, addr, url, logPath string
+}
+
+// newUp makes an upInstance served over scheme ("http" or "https") on a
+// free address. Its data dir shares the stack's built runsc and Debian
+// layer; everything else is its own.
+func newUp(t *testing.T, s *stack, scheme string) upInstance {
 	t.Helper()
 	dir := t.TempDir()
 	// runsc keeps one nsfs mount per state dir for --network=none sandboxes.
@@ -26,19 +33,26 @@ func upDataDir(t *testing.T, s *stack) string {
 			t.Fatal(err)
 		}
 	}
-	return dir
-}
-
-// startUp starts `airlock up --listen addr --data-dir dir args...` with
-// its output appended to logPath, and returns once it answers url's
-// /healthz through hc and has written admin.key (within 5 minutes).
-func startUp(t *testing.T, s *stack, hc *http.Client, url, addr, dir, logPath string, args ...string) *exec.Cmd {
-	t.Helper()
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	addr, err := freeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(s.bin, "airlock"), append([]string{"up", "--listen", addr, "--data-dir", dir}, args...)...)
+	return upInstance{dir: dir, addr: addr, url: scheme + "://" + addr, logPath: filepath.Join(dir, "up.log")}
+}
+
+// adminKey is the admin key the instance wrote.
+func (u upInstance) adminKey() string { return readTrim(filepath.Join(u.dir, "admin.key")) }
+
+// start starts `airlock up --listen addr --data-dir dir args...` with its
+// output appended to the log, and returns once it answers /healthz
+// through hc and has written admin.key (within 5 minutes).
+func (u upInstance) start(t *testing.T, s *stack, hc *http.Client, args ...string) *exec.Cmd {
+	t.Helper()
+	logf, err := os.OpenFile(u.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(s.bin, "airlock"), append([]string{"up", "--listen", u.addr, "--data-dir", u.dir}, args...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -47,16 +61,16 @@ func startUp(t *testing.T, s *stack, hc *http.Client, url, addr, dir, logPath st
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	for {
-		resp, err := hc.Get(url + "/healthz")
+		resp, err := hc.Get(u.url + "/healthz")
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == 200 && readTrim(filepath.Join(dir, "admin.key")) != "" {
+			if resp.StatusCode == 200 && u.adminKey() != "" {
 				return cmd
 			}
 		}
 		if ctx.Err() != nil {
-			b, _ := os.ReadFile(logPath)
-			t.Fatalf("airlock up not healthy at %s:\n%s", url, b)
+			b, _ := os.ReadFile(u.logPath)
+			t.Fatalf("airlock up not healthy at %s:\n%s", u.url, b)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

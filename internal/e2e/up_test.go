@@ -17,14 +17,9 @@ import (
 // it and checks the second start reuses everything.
 func TestUpAndCLI(t *testing.T) {
 	s := need(t)
-	dir := upDataDir(t, s)
-	addr, err := freeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := "http://" + addr
-	logPath := filepath.Join(dir, "up.log")
-	start := func() *exec.Cmd { return startUp(t, s, http.DefaultClient, url, addr, dir, logPath) }
+	u := newUp(t, s, "http")
+	dir, url, logPath := u.dir, u.url, u.logPath
+	start := func() *exec.Cmd { return u.start(t, s, http.DefaultClient) }
 	up := start()
 	defer func() { kill(up, syscall.SIGTERM) }()
 
