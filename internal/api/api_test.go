@@ -512,9 +512,24 @@ func TestCommandsAndFiles(t *testing.T) {
 		t.Fatalf("command did not touch the sandbox: %v -> %v", before.LastActivityAt, after.LastActivityAt)
 	}
 
+	// The worker pages the list; the client follows every page.
 	cmds, err := e.admin.ListCommands(e.ctx, sb.ID)
-	if err != nil || len(cmds) != 1 || cmds[0].ID != "cmd-fixed" || cmds[0].PID != 42 {
+	if err != nil || len(cmds) != 3 || cmds[0].ID != "cmd-fixed" || cmds[0].PID != 42 || cmds[2].ID != "cmd-3" {
 		t.Fatalf("list commands: %+v %v", cmds, err)
+	}
+	page, err := e.admin.ListCommandsPage(e.ctx, sb.ID, 1, "")
+	if err != nil || len(page.Commands) != 1 || page.NextCursor == "" {
+		t.Fatalf("first page of 1: %+v %v", page, err)
+	}
+	page, err = e.admin.ListCommandsPage(e.ctx, sb.ID, 5, page.NextCursor)
+	if err != nil || len(page.Commands) != 2 || page.Commands[0].ID != "cmd-2" || page.NextCursor != "" {
+		t.Fatalf("last page: %+v %v", page, err)
+	}
+	if _, err := e.admin.ListCommandsPage(e.ctx, sb.ID, 0, "nope"); !errors.Is(err, model.ErrUnprocessable) || !strings.Contains(err.Error(), "next_cursor") {
+		t.Fatalf("a cursor the sandbox did not hand out: %v, want 422 naming next_cursor", err)
+	}
+	if _, err := e.admin.ListCommandsPage(e.ctx, sb.ID, 5000, ""); !errors.Is(err, model.ErrUnprocessable) || !strings.Contains(err.Error(), "1 to 1000") {
+		t.Fatalf("limit 5000: %v, want 422 naming the range", err)
 	}
 
 	fs, err := e.admin.FilesSession(e.ctx, sb.ID)

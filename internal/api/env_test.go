@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -108,7 +109,25 @@ func (e *env) dataPlane() *httptest.Server {
 			http.Error(w, "bad token", http.StatusUnauthorized)
 			return
 		}
-		json.NewEncoder(w).Encode(map[string]any{"commands": []agentapi.ProcessInfo{{ID: "cmd-fixed", PID: 42, Argv: []string{"sleep", "1"}, Running: true}}})
+		// Three commands in pages of ?limit= (default 2), the cursor
+		// being the index of the next one, as a worker pages them.
+		all := []agentapi.ProcessInfo{{ID: "cmd-fixed", PID: 42, Argv: []string{"sleep", "1"}, Running: true},
+			{ID: "cmd-2", PID: 43, Argv: []string{"true"}}, {ID: "cmd-3", PID: 44, Argv: []string{"true"}}}
+		from, size := 0, 2
+		if c := r.URL.Query().Get("cursor"); c != "" {
+			if from, err = strconv.Atoi(c); err != nil || from < 0 || from > len(all) {
+				http.Error(w, "bad cursor", http.StatusBadRequest)
+				return
+			}
+		}
+		if l := r.URL.Query().Get("limit"); l != "" {
+			size, _ = strconv.Atoi(l)
+		}
+		page := map[string]any{"commands": all[from:min(from+size, len(all))]}
+		if from+size < len(all) {
+			page["next_cursor"] = strconv.Itoa(from + size)
+		}
+		json.NewEncoder(w).Encode(page)
 	})
 	srv := httptest.NewServer(mux)
 	e.t.Cleanup(srv.Close)

@@ -149,11 +149,20 @@ func (s *server) createCommand(w http.ResponseWriter, r *http.Request, p service
 }
 
 func (s *server) listCommands(w http.ResponseWriter, r *http.Request, p service.Principal) error {
-	cmds, err := s.svc.ListCommands(r.Context(), p, r.PathValue("id"))
+	q := r.URL.Query()
+	limit := 0
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil {
+			return badRequest("limit %q is not a number", l)
+		}
+		limit = n
+	}
+	cmds, next, err := s.svc.ListCommands(r.Context(), p, r.PathValue("id"), limit, q.Get("cursor"))
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, apitypes.ListCommandsResponse{Commands: cmds})
+	return writeJSON(w, http.StatusOK, apitypes.ListCommandsResponse{Commands: cmds, NextCursor: next})
 }
 
 func (s *server) filesSession(w http.ResponseWriter, r *http.Request, p service.Principal) error {

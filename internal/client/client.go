@@ -353,11 +353,42 @@ func (c *Client) CreateCommand(ctx context.Context, sandboxID string, req Create
 	return cs, err
 }
 
-// ListCommands lists the processes started in a sandbox.
+// ListCommands lists the processes started in a sandbox, following every
+// page (see ListCommandsPage).
 func (c *Client) ListCommands(ctx context.Context, sandboxID string) ([]agentapi.ProcessInfo, error) {
+	var all []agentapi.ProcessInfo
+	cursor := ""
+	for {
+		page, err := c.ListCommandsPage(ctx, sandboxID, 0, cursor)
+		if err != nil {
+			return all, err
+		}
+		all = append(all, page.Commands...)
+		if page.NextCursor == "" || page.NextCursor == cursor {
+			return all, nil
+		}
+		cursor = page.NextCursor
+	}
+}
+
+// ListCommandsPage returns one page of a sandbox's commands: at most limit
+// (0: the server's page size) from cursor ("" for the first page); the
+// page's NextCursor is "" after the last.
+func (c *Client) ListCommandsPage(ctx context.Context, sandboxID string, limit int, cursor string) (apitypes.ListCommandsResponse, error) {
+	q := url.Values{}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	path := "/v1/sandboxes/" + url.PathEscape(sandboxID) + "/commands"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
 	var out apitypes.ListCommandsResponse
-	err := c.do(ctx, http.MethodGet, "/v1/sandboxes/"+url.PathEscape(sandboxID)+"/commands", nil, nil, &out)
-	return out.Commands, err
+	err := c.do(ctx, http.MethodGet, path, nil, nil, &out)
+	return out, err
 }
 
 // FilesSession returns the data-plane URL and a token for the sandbox's files.

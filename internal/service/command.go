@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -170,40 +171,65 @@ func (s *Service) CreateCommand(ctx context.Context, p Principal, sandboxID stri
 	return apitypes.CommandSession{ID: spec.ID, AttachURL: attach, Token: tok, ExpiresAt: exp}, nil
 }
 
-// ListCommands asks the sandbox's worker for the processes started in it.
-func (s *Service) ListCommands(ctx context.Context, p Principal, sandboxID string) ([]agentapi.ProcessInfo, error) {
+// ListCommands asks the sandbox's worker for one page of the processes
+// started in it: at most limit (0: the worker's page size,
+// agentapi.MaxPageEntries) from cursor ("" for the first page). next is
+// the cursor of the following page, "" after the last.
+func (s *Service) ListCommands(ctx context.Context, p Principal, sandboxID string, limit int, cursor string) (_ []agentapi.ProcessInfo, next string, _ error) {
+	if limit < 0 || limit > agentapi.MaxPageEntries {
+		return nil, "", model.Errorf(model.ErrUnprocessable, "limit %d is out of range: ask for 1 to %d commands (0 or none: %d)", limit, agentapi.MaxPageEntries, agentapi.MaxPageEntries)
+	}
+	if len(cursor) > 1024 {
+		return nil, "", model.Errorf(model.ErrUnprocessable, "cursor is %d bytes: pass the next_cursor of the previous page as it came", len(cursor))
+	}
 	sb, w, err := s.runningSandbox(ctx, p, sandboxID, "commands", false)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	req, err := s.workerRequest(ctx, w, sb, token.Claims{Scope: token.ScopeFiles}, http.MethodGet, "/commands", nil)
+	q := url.Values{}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	path := "/commands"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	req, err := s.workerRequest(ctx, w, sb, token.Claims{Scope: token.ScopeFiles}, http.MethodGet, path, nil)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	resp, err := s.httpClient().Do(req)
 	if err != nil {
-		return nil, model.Errorf(model.ErrUnavailable, "worker %s did not answer listing commands of %s: %v", w.ID, sb.ID, err)
+		return nil, "", model.Errorf(model.ErrUnavailable, "worker %s did not answer listing commands of %s: %v", w.ID, sb.ID, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		return nil, model.Errorf(model.ErrUnavailable, "read command list of %s from worker %s: %v", sb.ID, w.ID, err)
+		return nil, "", model.Errorf(model.ErrUnavailable, "read command list of %s from worker %s: %v", sb.ID, w.ID, err)
 	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, model.Errorf(model.ErrUnavailable, "worker %s answered %s listing commands of %s: %s", w.ID, resp.Status, sb.ID, strings.TrimSpace(string(body[:min(len(body), 512)])))
+	switch {
+	case resp.StatusCode == http.StatusBadRequest && cursor != "":
+		// The worker refuses a cursor it did not hand out.
+		return nil, "", model.Errorf(model.ErrUnprocessable, "cursor %q is not one this sandbox handed out: pass the next_cursor of the previous page, or none for the first page", cursor)
+	case resp.StatusCode != http.StatusOK:
+		return nil, "", model.Errorf(model.ErrUnavailable, "worker %s answered %s listing commands of %s: %s", w.ID, resp.Status, sb.ID, strings.TrimSpace(string(body[:min(len(body), 512)])))
 	}
-	// The worker answers {"commands":[…]}; a bare array is accepted too.
+	// The worker answers {"commands":[…], "next_cursor"}; a bare array is
+	// accepted too.
 	var out apitypes.ListCommandsResponse
 	if err := json.Unmarshal(body, &out); err != nil {
 		if err2 := json.Unmarshal(body, &out.Commands); err2 != nil {
-			return nil, fmt.Errorf("decode command list from worker %s: %w", w.ID, err)
+			return nil, "", fmt.Errorf("decode command list from worker %s: %w", w.ID, err)
 		}
 	}
 	if out.Commands == nil {
 		out.Commands = []agentapi.ProcessInfo{}
 	}
 	s.touch(ctx, sb.ID)
-	return out.Commands, nil
+	return out.Commands, out.NextCursor, nil
 }
 
 // FilesSession returns the data-plane URL for the sandbox's files and a

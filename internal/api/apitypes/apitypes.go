@@ -134,9 +134,12 @@ type CommandSession struct {
 	ExpiresAt time.Time `json:"expires_at"`
 }
 
-// ListCommandsResponse is the body of GET /v1/sandboxes/{id}/commands.
+// ListCommandsResponse is the body of GET /v1/sandboxes/{id}/commands
+// (?limit=, ?cursor=). NextCursor is set when more commands remain: pass
+// it as ?cursor= for the next page.
 type ListCommandsResponse struct {
-	Commands []agentapi.ProcessInfo `json:"commands"`
+	Commands   []agentapi.ProcessInfo `json:"commands"`
+	NextCursor string                 `json:"next_cursor,omitempty"`
 }
 
 // FilesSession is the body of POST /v1/sandboxes/{id}/files/session: the
