@@ -30,6 +30,7 @@ type apiEnv struct {
 	ctx context.Context
 	st  *sqlite.Store
 	ev  *events.Log
+	svc *service.Service
 	url string
 	key string // the bootstrap admin key
 }
@@ -53,7 +54,7 @@ func newAPIEnv(t *testing.T) *apiEnv {
 	}
 	srv := httptest.NewServer(api.New(svc, api.Options{}))
 	t.Cleanup(srv.Close)
-	return &apiEnv{t: t, ctx: ctx, st: st, ev: ev, url: srv.URL, key: secret}
+	return &apiEnv{t: t, ctx: ctx, st: st, ev: ev, svc: svc, url: srv.URL, key: secret}
 }
 
 // run runs the CLI against the server with the admin key from the environment.
@@ -256,6 +257,35 @@ func TestSandboxGet(t *testing.T) {
 	code, _, errOut := e.run("sandbox", "get", "sb-doesnotexist")
 	if code != ExitError || !strings.Contains(errOut, "not found") {
 		t.Errorf("missing sandbox: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestSandboxToken: `sandbox token` prints the traffic token the router
+// accepts for the sandbox's ports; a sandbox created with
+// --public-traffic has none, and the command says so.
+func TestSandboxToken(t *testing.T) {
+	e := newAPIEnv(t)
+	id := strings.TrimSpace(e.mustRun("sandbox", "create", "--no-wait"))
+	e.settle(id, "")
+	tok := strings.TrimSpace(e.mustRun("sandbox", "token", id))
+	sb, err := e.st.GetSandbox(e.ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.svc.CheckTraffic(e.ctx, sb, tok); err != nil {
+		t.Fatalf("the printed token %q is not accepted for the sandbox's ports: %v", tok, err)
+	}
+	if err := e.svc.CheckTraffic(e.ctx, sb, tok+"x"); err == nil {
+		t.Fatal("CheckTraffic accepts any token: the check above proves nothing")
+	}
+	pub := strings.TrimSpace(e.mustRun("sandbox", "create", "--no-wait", "--public-traffic"))
+	e.settle(pub, "")
+	if sb, _ := e.st.GetSandbox(e.ctx, pub); !sb.PublicTraffic {
+		t.Fatalf("--public-traffic not carried: %+v", sb)
+	}
+	code, _, errOut := e.run("sandbox", "token", pub)
+	if code != ExitError || !strings.Contains(errOut, "public traffic") {
+		t.Errorf("token of a public sandbox: exit %d, stderr %q", code, errOut)
 	}
 }
 

@@ -69,7 +69,7 @@ type command struct {
 
 // commands is the whole CLI surface; help lists it in this order.
 var commands = []*command{
-	sandboxCreateCmd, sandboxListCmd, sandboxGetCmd, sandboxRemoveCmd,
+	sandboxCreateCmd, sandboxListCmd, sandboxGetCmd, sandboxTokenCmd, sandboxRemoveCmd,
 	sandboxPauseCmd, sandboxResumeCmd, sandboxSuspendCmd, sandboxWakeCmd,
 	sandboxCheckpointCmd, sandboxCheckpointsCmd, sandboxRollbackCmd, sandboxForkCmd,
 	sandboxExportCmd, sandboxImportCmd,

@@ -30,7 +30,7 @@ type createResult struct {
 
 var sandboxCreateCmd = &command{
 	name:    "sandbox create",
-	args:    "[--template base] [--env K=V]... [--metadata K=V]... [--vcpus N] [--memory MiB] [--disk MiB] [--timeout S] [--runtime R] [--idle-suspend-after 6h|0] [--no-auto-wake] [--idempotency-key K] [--no-wait] [--json]",
+	args:    "[--template base] [--env K=V]... [--metadata K=V]... [--vcpus N] [--memory MiB] [--disk MiB] [--timeout S] [--runtime R] [--idle-suspend-after 6h|0] [--no-auto-wake] [--public-traffic] [--idempotency-key K] [--no-wait] [--json]",
 	summary: "create a sandbox and wait until it runs; prints its id",
 	setup: func(fs *flag.FlagSet) func(context.Context, *runner, []string) error {
 		tmpl := fs.String("template", "base", "template `name[:tag]` or digest")
@@ -45,6 +45,7 @@ var sandboxCreateCmd = &command{
 		idle := &idleFlag{}
 		fs.Var(idle, "idle-suspend-after", "suspend after this long without activity (`duration`; 0 never; default: the org's, else 6h)")
 		noAutoWake := fs.Bool("no-auto-wake", false, "do not wake the sandbox for commands or files while it is paused or suspended")
+		public := fs.Bool("public-traffic", false, "let anyone who knows the sandbox id reach its ports, without its traffic token (see `airlock sandbox token`)")
 		idem := fs.String("idempotency-key", "", "retry-safe `key`: the same key returns the same sandbox")
 		noWait := fs.Bool("no-wait", false, "return once the create is accepted, without waiting")
 		asJSON := fs.Bool("json", false, "print {\"sandbox\", \"operation\"} as JSON")
@@ -59,6 +60,7 @@ var sandboxCreateCmd = &command{
 			req := client.CreateSandboxRequest{
 				Template: *tmpl, Env: env, Metadata: meta, Runtime: *rt,
 				Resources: model.Resources{VCPUs: *vcpus, MemoryMiB: *mem, DiskMiB: *disk}, TimeoutS: *timeout,
+				PublicTraffic: *public,
 			}
 			if idle.set {
 				req.IdleSuspendAfterS = &idle.secs
@@ -224,6 +226,32 @@ var sandboxGetCmd = &command{
 				return printJSON(r.stdout, sb)
 			}
 			printSandbox(r.stdout, sb)
+			return nil
+		}
+	},
+}
+
+var sandboxTokenCmd = &command{
+	name:    "sandbox token",
+	args:    "<sandbox-id>",
+	summary: "print the traffic token a sandbox's ports need (header E2b-Traffic-Access-Token)",
+	setup: func(fs *flag.FlagSet) func(context.Context, *runner, []string) error {
+		return func(ctx context.Context, r *runner, args []string) error {
+			if len(args) != 1 {
+				return usagef("sandbox token", "want exactly one sandbox id, got %d arguments", len(args))
+			}
+			c, err := r.client()
+			if err != nil {
+				return err
+			}
+			tok, err := c.TrafficToken(ctx, args[0])
+			if err != nil {
+				return fmt.Errorf("get sandbox %s: %w", args[0], err)
+			}
+			if tok == "" {
+				return fmt.Errorf("sandbox %s was created with public traffic: its ports need no token", args[0])
+			}
+			fmt.Fprintln(r.stdout, tok)
 			return nil
 		}
 	},

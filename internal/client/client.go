@@ -236,6 +236,15 @@ func (c *Client) GetSandbox(ctx context.Context, id string) (model.Sandbox, erro
 	return sb, err
 }
 
+// TrafficToken returns the token a sandbox's ports need through the
+// server's sandbox router (header E2b-Traffic-Access-Token); "" for a
+// sandbox created with PublicTraffic.
+func (c *Client) TrafficToken(ctx context.Context, id string) (string, error) {
+	var sb apitypes.SandboxResponse
+	err := c.do(ctx, http.MethodGet, "/v1/sandboxes/"+url.PathEscape(id), nil, nil, &sb)
+	return sb.TrafficToken, err
+}
+
 // ListSandboxes returns one page of sandboxes; pass page.NextCursor as
 // f.Cursor for the next one (empty on the last page).
 func (c *Client) ListSandboxes(ctx context.Context, f SandboxFilter) (SandboxPage, error) {
