@@ -6,12 +6,14 @@
 //
 // Guest: the initramfs's /init is airlock-agent in VM init mode (see
 // internal/agent/vm.go). It mounts the template image (virtio-blk,
-// read-only, serial "airlock-template", one image per template shared by all
-// its sandboxes) under an overlayfs whose upper layer is on the sandbox's
-// own writable disk (serial "airlock-disk", an ext4 image the host creates),
-// switches to it and serves the agent protocol on the virtserialport
-// "airlock"; the host side is a unix-socket chardev (see
-// internal/agent/vmlink.go for the handshake that starts every session).
+// read-only, serial agentapi.VMTemplateSerial, one image per template shared
+// by all its sandboxes) under an overlayfs whose upper layer is on the
+// sandbox's own writable disk (serial agentapi.VMDiskSerial, an ext4 image
+// the host creates), switches to it and serves the agent protocol on the
+// virtserialport agentapi.VMPortName; the host side is a unix-socket chardev
+// (see internal/agentapi/vmlink.go for the devices, the kernel command line
+// and the handshake that starts every session). The driver imports only
+// that contract, never the guest agent itself (a test keeps it so).
 //
 // Per sandbox the driver owns RunDir/<id>/:
 //
@@ -26,9 +28,10 @@
 //	serial.log   the guest console; qemu.log QEMU's own messages (both cut
 //	             at 1 MiB, the tail kept in <file>.1: internal/logcap)
 //
-// and the network namespace airlock-<id> QEMU runs in (only lo for now: the
-// guest has no network device). Delete releases all of it, also after a
-// crash of the worker or of QEMU.
+// and the network namespace airlock-<id> QEMU runs in (lo, plus the tap0
+// behind the guest's virtio-net eth0; nothing is routed beyond the
+// namespace). Delete releases all of it, also after a crash of the worker or
+// of QEMU.
 package qemu
 
 import (
@@ -48,7 +51,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/airlock/airlock/internal/agent"
+	"github.com/airlock/airlock/internal/agentapi"
 	"github.com/airlock/airlock/internal/cgroup"
 	"github.com/airlock/airlock/internal/logcap"
 	"github.com/airlock/airlock/internal/model"
@@ -400,7 +403,7 @@ func kernelCmdline(spec runtime.Spec) string {
 		parts = append(parts, "airlock.hostname="+spec.Hostname)
 	}
 	if len(spec.AgentArgs) > 0 {
-		parts = append(parts, "airlock.args="+agent.VMCmdlineArgs(spec.AgentArgs))
+		parts = append(parts, "airlock.args="+agentapi.VMCmdlineArgs(spec.AgentArgs))
 	}
 	return strings.Join(parts, " ")
 }
@@ -486,14 +489,14 @@ func (d *Driver) qemuArgs(st state, dir string) []string {
 		"-chardev", "file,id=console,path="+p("serial.log")+",append=on",
 		"-serial", "chardev:console",
 		"-drive", "id=tmpl,file="+st.Image+",format=raw,if=none,readonly=on",
-		"-device", "virtio-blk-device,drive=tmpl,serial="+agent.VMTemplateSerial,
+		"-device", "virtio-blk-device,drive=tmpl,serial="+agentapi.VMTemplateSerial,
 		"-drive", "id=disk,file="+p("disk.ext4")+",format=raw,if=none,discard=unmap,file.auto-read-only=off",
-		"-device", "virtio-blk-device,drive=disk,serial="+agent.VMDiskSerial,
+		"-device", "virtio-blk-device,drive=disk,serial="+agentapi.VMDiskSerial,
 		"-netdev", "tap,id=net0,ifname="+tapName+",script=no,downscript=no",
 		"-device", "virtio-net-device,netdev=net0,mac="+guestMAC,
 		"-device", "virtio-serial-device,max_ports=2",
 		"-chardev", "socket,id=agent,path="+p("agent.sock")+",server=on,wait=off",
-		"-device", "virtserialport,chardev=agent,name="+agent.VMPortName,
+		"-device", "virtserialport,chardev=agent,name="+agentapi.VMPortName,
 		"-object", "rng-random,id=rng0,filename=/dev/urandom",
 		"-device", "virtio-rng-device,rng=rng0",
 		"-qmp", "unix:"+p("qmp.sock")+",server=on,wait=off",
