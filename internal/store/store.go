@@ -1,6 +1,8 @@
-// Package store defines the control plane's persistence contract. Two
-// backends implement it, SQLite (internal/store/sqlite, embedded, one host)
-// and PostgreSQL (internal/store/postgres, any number of servers), and both
+// Package store defines the control plane's persistence contract. One
+// implementation serves it, internal/store/sqlstore over database/sql, on
+// two databases: SQLite (internal/store/sqlite, embedded, one host) and
+// PostgreSQL (internal/store/postgres, any number of servers), each of
+// which keeps only its Open, its migrations and its sqlstore.Dialect. Both
 // pass the same conformance suite (internal/store/storetest).
 //
 // Every sandbox write is a guarded transition: the caller names the

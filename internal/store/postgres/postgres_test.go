@@ -16,15 +16,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 func open(t *testing.T, url string) *postgres.Store {
 	t.Helper()
 	s, err := postgres.Open(context.Background(), url)
-	if err != nil {
-		t.Fatalf("open: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	return s
+	return storetest.Opened(t, s, err)
 }
 
 func TestConformance(t *testing.T) {

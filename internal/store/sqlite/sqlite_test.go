@@ -15,15 +15,7 @@ import (
 func open(t *testing.T, path string) *sqlite.Store {
 	t.Helper()
 	s, err := sqlite.Open(context.Background(), path)
-	if err != nil {
-		t.Fatalf("open %s: %v", path, err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	return s
+	return storetest.Opened(t, s, err)
 }
 
 func TestConformance(t *testing.T) {

@@ -23,6 +23,21 @@ import (
 	"github.com/airlock/airlock/internal/store"
 )
 
+// Opened is how a backend's test takes a store it opened: it fails t on
+// err and closes s when t ends.
+func Opened[S interface{ Close() error }](t testing.TB, s S, err error) S {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("close store: %v", err)
+		}
+	})
+	return s
+}
+
 // Run runs the whole suite; each subtest gets its own store from open.
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	tests := []struct {
