@@ -31,21 +31,40 @@ var (
 	// ErrQuotaExceeded is a kind of ErrRateLimited (adapters that know no
 	// better answer 429): an org is at one of its quotas.
 	ErrQuotaExceeded = fmt.Errorf("quota exceeded: %w", ErrRateLimited)
+	// ErrGone is a kind of ErrNotFound: the thing existed and is no longer
+	// kept (a command's output after its retention). The internal surfaces
+	// answer it 410 "gone"; the public API, which has no such answer, 404.
+	ErrGone = fmt.Errorf("gone: %w", ErrNotFound)
 )
 
 // Errorf wraps a sentinel with a user-facing message: errors.Is still finds the
-// sentinel, and Error() returns only the message.
+// sentinel, and Error() returns only the message. The format may wrap a
+// cause with %w (as fmt.Errorf): errors.Is and errors.As then find the
+// cause too.
 func Errorf(kind error, format string, args ...any) error {
-	return &kindError{kind: kind, msg: fmt.Sprintf(format, args...)}
+	err := fmt.Errorf(format, args...)
+	e := &kindError{kind: kind, msg: err.Error()}
+	switch err.(type) {
+	case interface{ Unwrap() error }, interface{ Unwrap() []error }:
+		e.cause = err
+	}
+	return e
 }
 
 type kindError struct {
-	kind error
-	msg  string
+	kind  error
+	msg   string
+	cause error // the fmt error that wraps the %w operands, if any
 }
 
 func (e *kindError) Error() string { return e.msg }
-func (e *kindError) Unwrap() error { return e.kind }
+
+func (e *kindError) Unwrap() []error {
+	if e.cause == nil {
+		return []error{e.kind}
+	}
+	return []error{e.kind, e.cause}
+}
 
 // SandboxState is where a sandbox is in its lifecycle.
 type SandboxState string
