@@ -45,6 +45,7 @@ import (
 	"github.com/airlock/airlock/internal/store"
 	"github.com/airlock/airlock/internal/store/postgres"
 	"github.com/airlock/airlock/internal/store/sqlite"
+	"github.com/airlock/airlock/internal/store/sqlstore"
 	"github.com/airlock/airlock/internal/worker"
 )
 
@@ -133,13 +134,14 @@ func up(ctx context.Context, args []string) error {
 	}
 	tcpAddr := ln.Addr()
 	ln, scheme := listenTLS(ln, tlsCfg)
-	st, err := sqlite.Open(ctx, filepath.Join(*dataDir, "airlock.db"))
+	now := time.Now // the one clock of the store, the controller and the service
+	st, err := sqlite.Open(ctx, filepath.Join(*dataDir, "airlock.db"), sqlstore.WithClock(now))
 	if err != nil {
 		ln.Close()
 		return fmt.Errorf("open database: %w", err)
 	}
 	defer st.Close()
-	srv, err := newServer(ctx, st, wt, *deadline, log)
+	srv, err := newServer(ctx, st, wt, *deadline, log, now)
 	if err != nil {
 		ln.Close()
 		return err
@@ -249,12 +251,13 @@ func serverCmd(ctx context.Context, args []string) error {
 	if err := os.MkdirAll(*dataDir, 0o700); err != nil {
 		return fmt.Errorf("create data dir: %w", err)
 	}
-	st, err := openStore(ctx, *db, *dataDir)
+	now := time.Now // the one clock of the store, the controller and the service
+	st, err := openStore(ctx, *db, *dataDir, now)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	srv, err := newServer(ctx, st, *workerToken, *deadline, log)
+	srv, err := newServer(ctx, st, *workerToken, *deadline, log, now)
 	if err != nil {
 		return err
 	}
@@ -339,10 +342,10 @@ func workerCmd(ctx context.Context, args []string) error {
 	return err
 }
 
-func openStore(ctx context.Context, db, dataDir string) (store.Store, error) {
+func openStore(ctx context.Context, db, dataDir string, now func() time.Time) (store.Store, error) {
 	switch {
 	case strings.HasPrefix(db, "postgres://"), strings.HasPrefix(db, "postgresql://"):
-		st, err := postgres.Open(ctx, db)
+		st, err := postgres.Open(ctx, db, sqlstore.WithClock(now))
 		if err != nil {
 			return nil, fmt.Errorf("open postgres: %w", err)
 		}
@@ -351,7 +354,7 @@ func openStore(ctx context.Context, db, dataDir string) (store.Store, error) {
 		db = filepath.Join(dataDir, "airlock.db")
 	}
 	db = strings.TrimPrefix(db, "sqlite://")
-	st, err := sqlite.Open(ctx, db)
+	st, err := sqlite.Open(ctx, db, sqlstore.WithClock(now))
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite %s: %w", db, err)
 	}
@@ -367,15 +370,15 @@ type server struct {
 	local atomic.Pointer[localWorker]
 }
 
-func newServer(ctx context.Context, st store.Store, workerToken string, deadline time.Duration, log *slog.Logger) (*server, error) {
+func newServer(ctx context.Context, st store.Store, workerToken string, deadline time.Duration, log *slog.Logger, now func() time.Time) (*server, error) {
 	ev := events.New(st)
 	ctrl := controller.New(controller.Config{
 		Store: st, Events: ev, Logger: log.With("component", "controller"),
-		WorkerToken: workerToken, OperationDeadline: deadline,
+		WorkerToken: workerToken, OperationDeadline: deadline, Now: now,
 	})
 	svc := &service.Service{
 		Store: st, Events: ev, Kick: ctrl.Kick, SigningKey: ctrl.CurrentSigningKey, Ready: ctrl.Ready,
-		Logger: log.With("component", "api"), OperationDeadline: deadline,
+		Logger: log.With("component", "api"), OperationDeadline: deadline, Now: now,
 	}
 	srv := &server{svc: svc, ctrl: ctrl, log: log}
 	srv.e2b = e2bcompat.New(svc, e2bcompat.Options{

@@ -49,8 +49,8 @@ const (
 type Store = sqlstore.Store
 
 // Open connects to the database at url (a postgres:// URL or key=value DSN)
-// and migrates it.
-func Open(ctx context.Context, url string) (*Store, error) {
+// and migrates it (opts: sqlstore.WithClock).
+func Open(ctx context.Context, url string, opts ...sqlstore.Option) (*Store, error) {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		return nil, model.Errorf(model.ErrInvalid, "postgres: parse url: %v", err)
@@ -66,7 +66,11 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		return nil, fmt.Errorf("postgres: connect: %w", err)
 	}
 	sub, _ := fs.Sub(migrations, "migrations")
-	s, err := sqlstore.New(ctx, sqlstore.Config{Dialect: Dialect{}, Writer: db, Migrations: sub})
+	scfg := sqlstore.Config{Dialect: Dialect{}, Writer: db, Migrations: sub}
+	for _, o := range opts {
+		o(&scfg)
+	}
+	s, err := sqlstore.New(ctx, scfg)
 	if err != nil {
 		db.Close()
 		return nil, err

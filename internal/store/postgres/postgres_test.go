@@ -4,10 +4,12 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/airlock/airlock/internal/store"
 	"github.com/airlock/airlock/internal/store/pgtest"
 	"github.com/airlock/airlock/internal/store/postgres"
+	"github.com/airlock/airlock/internal/store/sqlstore"
 	"github.com/airlock/airlock/internal/store/storetest"
 )
 
@@ -22,6 +24,13 @@ func open(t *testing.T, url string) *postgres.Store {
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store {
 		return open(t, pgtest.URL(t))
+	})
+}
+
+func TestClock(t *testing.T) {
+	storetest.RunClock(t, func(t *testing.T, now func() time.Time) store.Store {
+		s, err := postgres.Open(context.Background(), pgtest.URL(t), sqlstore.WithClock(now))
+		return storetest.Opened(t, s, err)
 	})
 }
 

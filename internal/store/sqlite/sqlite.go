@@ -36,10 +36,11 @@ var migrations embed.FS
 // Store is the store opened on a SQLite file.
 type Store = sqlstore.Store
 
-// Open opens (creating if needed) the database file at path and migrates it.
+// Open opens (creating if needed) the database file at path and migrates it
+// (opts: sqlstore.WithClock).
 // path must name a file; in-memory databases are not supported because the
 // reader and writer pools must share it.
-func Open(ctx context.Context, path string) (*Store, error) {
+func Open(ctx context.Context, path string, opts ...sqlstore.Option) (*Store, error) {
 	if path == "" || strings.Contains(path, "?") || strings.HasPrefix(path, ":memory:") {
 		return nil, model.Errorf(model.ErrInvalid, "sqlite: open: path %q must be a plain file name", path)
 	}
@@ -76,7 +77,11 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	r.SetMaxOpenConns(8)
 	r.SetMaxIdleConns(8)
 	sub, _ := fs.Sub(migrations, "migrations")
-	s, err := sqlstore.New(ctx, sqlstore.Config{Dialect: Dialect{}, Writer: w, Reader: r, Migrations: sub})
+	cfg := sqlstore.Config{Dialect: Dialect{}, Writer: w, Reader: r, Migrations: sub}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	s, err := sqlstore.New(ctx, cfg)
 	if err != nil {
 		r.Close()
 		w.Close()

@@ -6,9 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/airlock/airlock/internal/store"
 	"github.com/airlock/airlock/internal/store/sqlite"
+	"github.com/airlock/airlock/internal/store/sqlstore"
 	"github.com/airlock/airlock/internal/store/storetest"
 )
 
@@ -21,6 +23,13 @@ func open(t *testing.T, path string) *sqlite.Store {
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store {
 		return open(t, filepath.Join(t.TempDir(), "airlock.db"))
+	})
+}
+
+func TestClock(t *testing.T) {
+	storetest.RunClock(t, func(t *testing.T, now func() time.Time) store.Store {
+		s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "airlock.db"), sqlstore.WithClock(now))
+		return storetest.Opened(t, s, err)
 	})
 }
 

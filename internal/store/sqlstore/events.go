@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
-	"time"
 
 	"github.com/airlock/airlock/internal/model"
 )
@@ -16,7 +15,7 @@ import (
 // order is commit order.
 func (c *conn) AppendEvent(ctx context.Context, ev model.Event) (model.Event, error) {
 	if ev.Time.IsZero() {
-		ev.Time = time.Now()
+		ev.Time = c.now()
 	}
 	err := c.inTx(ctx, "append event", func(c *conn) error {
 		if err := c.lock(ctx, LockEvents); err != nil {

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"strings"
-	"time"
 
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/store"
@@ -54,7 +53,7 @@ func (c *conn) UpdateOperation(ctx context.Context, op model.Operation) (model.O
 }
 
 func (c *conn) updateOperation(ctx context.Context, op model.Operation) (model.Operation, error) {
-	args := []any{op.State, op.Target, op.Reason, c.d.Time(op.Deadline), c.d.Time(time.Now()), op.ID}
+	args := []any{op.State, op.Target, op.Reason, c.d.Time(op.Deadline), c.d.Time(c.now()), op.ID}
 	out, err := scanOperation(c.writeRow(ctx, `UPDATE operations SET
 			state = ?, target = ?, reason = ?, deadline = ?, updated_at = ?
 		WHERE id = ? AND state NOT IN (`+in(len(doneStates))+`)

@@ -137,7 +137,7 @@ func (c *conn) keyed(ctx context.Context, what string, sb model.Sandbox, op mode
 			// nothing if that one committed.
 			res, err := c.exec(ctx, `INSERT INTO idempotency_keys (org_id, key, sandbox_id, operation_id, created_at)
 				VALUES (?, ?, ?, ?, ?) ON CONFLICT (org_id, key) DO NOTHING`,
-				sb.OrgID, key, sb.ID, op.ID, c.d.Time(time.Now()))
+				sb.OrgID, key, sb.ID, op.ID, c.d.Time(c.now()))
 			if err := c.affected(what+": record idempotency key", res, err); errors.Is(err, model.ErrNotFound) {
 				return errKeyTaken
 			} else if err != nil {
@@ -272,7 +272,7 @@ func (c *conn) updateSandbox(ctx context.Context, sb model.Sandbox) (model.Sandb
 		RETURNING `+sandboxCols,
 		sb.Template, sb.TemplateDigest, sb.Runtime, sb.State, sb.DesiredState,
 		sb.Reason, sb.WorkerID, env, meta, res, sb.TimeoutS,
-		c.d.Time(time.Now()), c.d.Time(sb.LastActivityAt), c.timeOf(sb.ExpiresAt),
+		c.d.Time(c.now()), c.d.Time(sb.LastActivityAt), c.timeOf(sb.ExpiresAt),
 		sb.IdleSuspendS, sb.NoAutoWake, sb.SnapshotID, sb.SnapshotBytes, sb.Pool, snaps, sb.PublicTraffic,
 		sb.ID, sb.Generation))
 	if errors.Is(err, sql.ErrNoRows) {

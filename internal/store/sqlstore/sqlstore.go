@@ -94,6 +94,19 @@ type Config struct {
 	// Migrations holds the schema as files NNNN_name.sql at its root,
 	// applied in order, each once, in one transaction.
 	Migrations fs.FS
+	// Now is the clock that dates what the store stamps itself: a
+	// sandbox's or operation's UpdatedAt, an event without a Time, an
+	// idempotency key, a migration (nil: time.Now). Servers pass the
+	// clock their service and controller use.
+	Now func() time.Time
+}
+
+// Option changes a Config; backends' Open functions take them.
+type Option func(*Config)
+
+// WithClock makes the store take the time from now instead of time.Now.
+func WithClock(now func() time.Time) Option {
+	return func(c *Config) { c.Now = now }
 }
 
 // Store is the SQL store. It is safe for concurrent use.
@@ -110,8 +123,11 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Reader == nil {
 		cfg.Reader = cfg.Writer
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	s := &Store{writer: cfg.Writer, reader: cfg.Reader}
-	s.conn = conn{d: cfg.Dialect, w: cfg.Writer, r: cfg.Reader, db: cfg.Writer}
+	s.conn = conn{d: cfg.Dialect, w: cfg.Writer, r: cfg.Reader, db: cfg.Writer, now: cfg.Now}
 	if err := s.migrate(ctx, cfg.Migrations); err != nil {
 		return nil, err
 	}
@@ -170,7 +186,7 @@ func (s *Store) migrate(ctx context.Context, migrations fs.FS) error {
 				return fmt.Errorf("%s: migrate: apply %s: %w", name, base, err)
 			}
 			if _, err := c.exec(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`,
-				version, c.d.Time(time.Now())); err != nil {
+				version, c.d.Time(c.now())); err != nil {
 				return fmt.Errorf("%s: migrate: record %s: %w", name, base, err)
 			}
 		}
@@ -194,6 +210,7 @@ type conn struct {
 	w     querier // writes, and reads that must see this conn's writes
 	r     querier // other reads
 	db    *sql.DB // begins transactions (nil when bound to one)
+	now   func() time.Time
 	tx    *sql.Tx
 	depth int // savepoints below tx
 }
@@ -248,7 +265,7 @@ func (c *conn) runTx(ctx context.Context, step string, fn func(c *conn) error) e
 		return c.classify(step+": begin", err)
 	}
 	defer tx.Rollback()
-	if err := fn(&conn{d: c.d, w: tx, r: tx, tx: tx}); err != nil {
+	if err := fn(&conn{d: c.d, w: tx, r: tx, tx: tx, now: c.now}); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {

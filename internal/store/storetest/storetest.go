@@ -1101,3 +1101,27 @@ func testSettings(t *testing.T, s store.Store) {
 		}
 	}
 }
+
+// RunClock checks that a store opened with a clock (sqlstore.WithClock)
+// dates what it stamps itself by that clock, not by time.Now: a
+// sandbox's and an operation's UpdatedAt and an event without a Time.
+func RunClock(t *testing.T, open func(t *testing.T, now func() time.Time) store.Store) {
+	ctx := context.Background()
+	now := at(42 * time.Hour) // far from time.Now
+	s := open(t, func() time.Time { return now })
+	mkOrg(t, s, "org-a")
+	sb := mkSandbox(t, s, newSandbox("org-a", "sb-1", at(0)))
+	sb.Reason = "moved"
+	sb, err := s.UpdateSandbox(ctx, sb)
+	must(t, "update sandbox", err)
+	sameTime(t, "sandbox updated_at", sb.UpdatedAt, now)
+	op, err := s.GetOperation(ctx, "op-sb-1")
+	must(t, "get operation", err)
+	op.State = model.OpRunning
+	op, err = s.UpdateOperation(ctx, op)
+	must(t, "update operation", err)
+	sameTime(t, "operation updated_at", op.UpdatedAt, now)
+	ev, err := s.AppendEvent(ctx, model.Event{OrgID: "org-a", Type: "org.note"})
+	must(t, "append event", err)
+	sameTime(t, "event time", ev.Time, now)
+}
