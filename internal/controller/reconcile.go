@@ -417,7 +417,14 @@ func (c *Controller) apply(ctx context.Context, a action) error {
 	)
 	switch {
 	case a.sb != nil && a.op != nil:
-		sb, op, err = c.st.UpdateSandboxAndOperation(ctx, *a.sb, *a.op)
+		err = c.st.InTx(ctx, func(tx store.Tx) error {
+			var err error
+			if sb, err = tx.UpdateSandbox(ctx, *a.sb); err != nil {
+				return err
+			}
+			op, err = tx.UpdateOperation(ctx, *a.op)
+			return err
+		})
 	case a.sb != nil:
 		sb, err = c.st.UpdateSandbox(ctx, *a.sb)
 	default:

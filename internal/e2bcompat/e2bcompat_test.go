@@ -130,7 +130,13 @@ func (e *env) complete(ctx context.Context) {
 					continue
 				}
 				op.State = model.OpSucceeded
-				if _, _, err := e.st.UpdateSandboxAndOperation(ctx, sb, op); err == nil {
+				if err := e.st.InTx(ctx, func(tx store.Tx) error {
+					if _, err := tx.UpdateSandbox(ctx, sb); err != nil {
+						return err
+					}
+					_, err := tx.UpdateOperation(ctx, op)
+					return err
+				}); err == nil {
 					e.svc.Events.Sandbox(ctx, sb)
 					e.svc.Events.Operation(ctx, op)
 				}

@@ -196,7 +196,17 @@ func StartLifecycle(ctx context.Context, st store.Store, ev *events.Log, req Lif
 			nsb.Task = &t
 			op.State = model.OpRunning
 		}
-		nsb, op, err = st.UpdateSandboxCreateOperation(ctx, nsb, op)
+		err = st.InTx(ctx, func(tx store.Tx) error {
+			var err error
+			if nsb, err = tx.UpdateSandbox(ctx, nsb); err != nil {
+				return err
+			}
+			if err := tx.CreateOperation(ctx, op); err != nil {
+				return err
+			}
+			op, err = tx.GetOperation(ctx, op.ID)
+			return err
+		})
 		if errors.Is(err, model.ErrConflict) {
 			continue // someone else wrote; re-read and decide again
 		}

@@ -287,46 +287,6 @@ func (c *conn) updateSandbox(ctx context.Context, sb model.Sandbox) (model.Sandb
 	return out, c.classify("update sandbox "+sb.ID, err)
 }
 
-// UpdateSandboxAndOperation does both guarded writes in one transaction.
-func (c *conn) UpdateSandboxAndOperation(ctx context.Context, sb model.Sandbox, op model.Operation) (model.Sandbox, model.Operation, error) {
-	var outSB model.Sandbox
-	var outOp model.Operation
-	err := c.inTx(ctx, "update sandbox and operation", func(c *conn) error {
-		var err error
-		if outSB, err = c.updateSandbox(ctx, sb); err != nil {
-			return err
-		}
-		outOp, err = c.updateOperation(ctx, op)
-		return err
-	})
-	if err != nil {
-		return model.Sandbox{}, model.Operation{}, err
-	}
-	return outSB, outOp, nil
-}
-
-// UpdateSandboxCreateOperation does the guarded sandbox write and inserts
-// op in one transaction.
-func (c *conn) UpdateSandboxCreateOperation(ctx context.Context, sb model.Sandbox, op model.Operation) (model.Sandbox, model.Operation, error) {
-	var outSB model.Sandbox
-	var outOp model.Operation
-	err := c.inTx(ctx, "update sandbox and create operation", func(c *conn) error {
-		var err error
-		if outSB, err = c.updateSandbox(ctx, sb); err != nil {
-			return err
-		}
-		if err := c.insertOperation(ctx, op); err != nil {
-			return err
-		}
-		outOp, err = c.getOperation(ctx, c.w, op.ID)
-		return err
-	})
-	if err != nil {
-		return model.Sandbox{}, model.Operation{}, err
-	}
-	return outSB, outOp, nil
-}
-
 // TouchSandbox moves LastActivityAt forward to at without bumping the
 // generation.
 func (c *conn) TouchSandbox(ctx context.Context, id string, at time.Time) error {

@@ -233,6 +233,14 @@ func (c *conn) read(ctx context.Context, query string, args ...any) (*sql.Rows, 
 	return c.r.QueryContext(ctx, c.d.Rebind(query), args...)
 }
 
+// InTx runs fn in one transaction (see store.Tx): on the store a new one,
+// retried after a serialization failure; on a Tx a savepoint.
+func (c *conn) InTx(ctx context.Context, fn func(tx store.Tx) error) error {
+	return c.inTx(ctx, "transaction", func(c *conn) error { return fn(c) })
+}
+
+var _ store.Tx = (*conn)(nil)
+
 // lock takes l for the rest of c's transaction.
 func (c *conn) lock(ctx context.Context, l Lock) error {
 	q := c.d.Lock(l)

@@ -71,6 +71,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Pools", testPools},
 		{"ClaimSandbox", testClaimSandbox},
 		{"ClaimSandboxConcurrent", testClaimSandboxConcurrent},
+		{"InTx", testInTx},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -845,7 +846,7 @@ func testUpdateBoth(t *testing.T, s store.Store) {
 	must(t, "create", err)
 
 	sb.State, op.State = model.StateRunning, model.OpSucceeded
-	gotSB, gotOp, err := s.UpdateSandboxAndOperation(ctx, sb, op)
+	gotSB, gotOp, err := updateBoth(ctx, s, sb, op)
 	must(t, "update both", err)
 	if gotSB.State != model.StateRunning || gotSB.Generation != sb.Generation+1 || gotOp.State != model.OpSucceeded {
 		t.Fatalf("update both = %+v %+v", gotSB, gotOp)
@@ -856,7 +857,7 @@ func testUpdateBoth(t *testing.T, s store.Store) {
 	next.State = model.StateFailed
 	failed := gotOp
 	failed.State = model.OpFailed
-	_, _, err = s.UpdateSandboxAndOperation(ctx, next, failed)
+	_, _, err = updateBoth(ctx, s, next, failed)
 	wantErr(t, "operation already done", err, model.ErrConflict)
 	stored, _ := s.GetSandbox(ctx, "sb-1")
 	if stored.State != model.StateRunning || stored.Generation != gotSB.Generation {
@@ -871,16 +872,16 @@ func testUpdateBoth(t *testing.T, s store.Store) {
 	stale.State = model.StateDeleting
 	running := del
 	running.State = model.OpRunning
-	_, _, err = s.UpdateSandboxAndOperation(ctx, stale, running)
+	_, _, err = updateBoth(ctx, s, stale, running)
 	wantErr(t, "stale sandbox", err, model.ErrConflict)
 	gotDel, _ := s.GetOperation(ctx, "op-2")
 	if gotDel.State != model.OpPending {
 		t.Errorf("operation written although the sandbox was refused: %s", gotDel.State)
 	}
 
-	_, _, err = s.UpdateSandboxAndOperation(ctx, newSandbox("org-a", "nope", at(0)), running)
+	_, _, err = updateBoth(ctx, s, newSandbox("org-a", "nope", at(0)), running)
 	wantErr(t, "missing sandbox", err, model.ErrNotFound)
-	_, _, err = s.UpdateSandboxAndOperation(ctx, stored, model.Operation{ID: "nope", State: model.OpRunning})
+	_, _, err = updateBoth(ctx, s, stored, model.Operation{ID: "nope", State: model.OpRunning})
 	wantErr(t, "missing operation", err, model.ErrNotFound)
 	after, _ := s.GetSandbox(ctx, "sb-1")
 	if after.Generation != stored.Generation {
