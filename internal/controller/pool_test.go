@@ -264,7 +264,7 @@ func TestCreateOtherRuntime(t *testing.T) {
 	if !errors.Is(err, model.ErrUnprocessable) || !strings.Contains(err.Error(), "workers offer gvisor") {
 		t.Fatalf("create with runtime qemu and no qemu worker: err = %v", err)
 	}
-	if err := e.st.UpsertWorker(e.ctx, model.Worker{ID: "w-vm", Runtimes: []string{"qemu"}, Templates: []string{baseDigest},
+	if err := e.st.UpsertWorker(e.ctx, model.Worker{ID: "w-vm", Runtimes: model.NamedRuntimes("qemu"), Templates: []string{baseDigest},
 		CapacityMiB: 4096, CapacityVCPUs: 4, LastHeartbeat: e.clock.Now(), CreatedAt: e.clock.Now()}); err != nil {
 		t.Fatal(err)
 	}

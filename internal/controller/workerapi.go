@@ -188,7 +188,7 @@ func (c *Controller) Register(ctx context.Context, req workerapi.RegisterRequest
 	wk := model.Worker{
 		ID:            req.ID,
 		DataPlaneURL:  req.DataPlaneURL,
-		Runtimes:      req.Runtimes,
+		Runtimes:      req.Offered(),
 		Templates:     digests(req.Templates),
 		CapacityMiB:   req.CapacityMiB,
 		CapacityVCPUs: req.CapacityVCPUs,
@@ -215,7 +215,7 @@ func (c *Controller) Register(ctx context.Context, req workerapi.RegisterRequest
 	if err != nil {
 		return workerapi.RegisterResponse{}, fmt.Errorf("controller: register %s: %w", req.ID, err)
 	}
-	c.log.Info("controller: worker registered", "worker", wk.ID, "data_plane", wk.DataPlaneURL, "runtimes", wk.Runtimes,
+	c.log.Info("controller: worker registered", "worker", wk.ID, "data_plane", wk.DataPlaneURL, "runtimes", wk.RuntimeNames(),
 		"templates", wk.Templates, "capacity_mib", wk.CapacityMiB, "capacity_vcpus", wk.CapacityVCPUs, "new_credential", issued != "")
 	c.Kick()
 	return workerapi.RegisterResponse{

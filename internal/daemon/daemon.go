@@ -492,18 +492,9 @@ func newWorker(ctx context.Context, o workerOptions) (*worker.Worker, error) {
 	if _, _, err := setup.EnsureBaseTemplate(ctx, o.dataDir, agent, o.progress); err != nil {
 		return nil, fmt.Errorf("set up the base template: %w", err)
 	}
-	drv, err := gvisor.New(gvisor.Config{
-		RunscPath: runsc,
-		StateDir:  filepath.Join(o.dataDir, "runsc"),
-		RunDir:    filepath.Join(o.dataDir, "run"),
-		Logger:    o.log.With("component", "gvisor"),
-	})
+	drivers, err := o.runtimes(ctx, runsc, agent)
 	if err != nil {
 		return nil, err
-	}
-	drivers := &airruntime.Multi{Drivers: map[string]airruntime.Driver{gvisor.Name: drv}, Default: gvisor.Name}
-	if o.qemu {
-		drivers.Drivers[qemu.Name] = newLazyQEMU(ctx, o.dataDir, agent, o.progress, o.log)
 	}
 	snaps, err := snapshot.Open(filepath.Join(o.dataDir, "snapshots"))
 	if err != nil {
@@ -547,6 +538,46 @@ func newWorker(ctx context.Context, o workerOptions) (*worker.Worker, error) {
 		CapacityVCPUs: cpus,
 		Logger:        o.log.With("component", "worker"),
 	})
+}
+
+// runtimes makes the worker's drivers, one per runtime name, the first the
+// default: the place a new runtime is added (a driver set up in the
+// background goes in an airruntime.Lazy, as qemu does). What each can do is
+// its own declaration (airruntime.Info), registered with the server.
+func (o workerOptions) runtimes(ctx context.Context, runsc, agent string) (*airruntime.Multi, error) {
+	type entry struct {
+		name string
+		on   bool
+		make func() (airruntime.Driver, error)
+	}
+	entries := []entry{
+		{gvisor.Name, true, func() (airruntime.Driver, error) {
+			return gvisor.New(gvisor.Config{
+				RunscPath: runsc,
+				StateDir:  filepath.Join(o.dataDir, "runsc"),
+				RunDir:    filepath.Join(o.dataDir, "run"),
+				Logger:    o.log.With("component", "gvisor"),
+			})
+		}},
+		{qemu.Name, o.qemu, func() (airruntime.Driver, error) {
+			return newLazyQEMU(ctx, o.dataDir, agent, o.progress, o.log), nil
+		}},
+	}
+	m := &airruntime.Multi{Drivers: map[string]airruntime.Driver{}}
+	for _, e := range entries {
+		if !e.on {
+			continue
+		}
+		d, err := e.make()
+		if err != nil {
+			return nil, err
+		}
+		if m.Default == "" {
+			m.Default = e.name
+		}
+		m.Drivers[e.name] = d
+	}
+	return m, nil
 }
 
 // capacity is what this host offers: its memory, and its cores oversubscribed

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"debug/elf"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -22,8 +23,14 @@ import (
 )
 
 // testCacheDir holds runsc and the base template between test runs (shared
-// with the other packages' tests).
-const testCacheDir = "/var/tmp/airlock-test-cache"
+// with the other packages' tests; AIRLOCK_TEST_CACHE names another, as for
+// internal/e2e).
+var testCacheDir = func() string {
+	if d := os.Getenv("AIRLOCK_TEST_CACHE"); d != "" {
+		return d
+	}
+	return "/var/tmp/airlock-test-cache"
+}()
 
 // dynamicAgent builds airlock-agent the way a plain `go build ./cmd/...`
 // does (cgo on: linked against the C library); it skips without go or a C
@@ -162,7 +169,7 @@ func TestBrokenQEMUDoesNotBlockGVisor(t *testing.T) {
 		t.Fatal(err)
 	}
 	q := newLazyQEMU(ctx, filepath.Join(base, "data"), broken, io.Discard, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	<-q.ready
+	<-q.Ready()
 	if err := q.Unavailable(); err == nil || !strings.Contains(err.Error(), "must be static") {
 		t.Fatalf("qemu Unavailable = %v, want the static-agent reason", err)
 	}
@@ -206,7 +213,16 @@ func TestBrokenQEMUDoesNotBlockGVisor(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(pendingDir, qid), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	pending := &lazyQEMU{runDir: pendingDir, ready: make(chan struct{})} // never ready
+	hold := make(chan struct{})
+	t.Cleanup(func() { close(hold) })
+	pending := airruntime.NewLazy(ctx, airruntime.LazyConfig{ // never ready during the test
+		Info:   qemu.Info,
+		Traces: func() []string { return runDirs(pendingDir) },
+		Setup: func(context.Context) (airruntime.Driver, error) {
+			<-hold
+			return nil, errors.New("test over")
+		},
+	})
 	pctx, pcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer pcancel()
 	pm := &airruntime.Multi{Drivers: map[string]airruntime.Driver{gvisor.Name: g, qemu.Name: pending}, Default: gvisor.Name}

@@ -83,7 +83,7 @@ func newEnv(t *testing.T) *env {
 	}))
 	t.Cleanup(e.dp.Close)
 	now := time.Now().UTC()
-	if err := st.UpsertWorker(ctx, model.Worker{ID: "w1", DataPlaneURL: e.dp.URL, InternalURL: e.dp.URL, Runtimes: []string{"gvisor"},
+	if err := st.UpsertWorker(ctx, model.Worker{ID: "w1", DataPlaneURL: e.dp.URL, InternalURL: e.dp.URL, Runtimes: model.NamedRuntimes("gvisor"),
 		Templates: []string{baseDigest}, CapacityMiB: 8192, CapacityVCPUs: 8, LastHeartbeat: now, CreatedAt: now}); err != nil {
 		t.Fatalf("upsert worker: %v", err)
 	}

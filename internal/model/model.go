@@ -327,15 +327,118 @@ type Template struct {
 
 // Worker is one host that runs sandboxes.
 type Worker struct {
-	ID            string    `json:"id"`
-	DataPlaneURL  string    `json:"data_plane_url"` // base URL clients attach to
-	InternalURL   string    `json:"internal_url"`   // base URL the server calls
-	Runtimes      []string  `json:"runtimes"`
-	Templates     []string  `json:"templates"` // digests present on the worker
-	CapacityMiB   int       `json:"capacity_mib"`
-	CapacityVCPUs int       `json:"capacity_vcpus"`
-	LastHeartbeat time.Time `json:"last_heartbeat"`
-	CreatedAt     time.Time `json:"created_at"`
+	ID           string `json:"id"`
+	DataPlaneURL string `json:"data_plane_url"` // base URL clients attach to
+	InternalURL  string `json:"internal_url"`   // base URL the server calls
+	// Runtimes are the runtimes the worker offers, with what each can do.
+	Runtimes      []RuntimeInfo `json:"runtimes"`
+	Templates     []string      `json:"templates"` // digests present on the worker
+	CapacityMiB   int           `json:"capacity_mib"`
+	CapacityVCPUs int           `json:"capacity_vcpus"`
+	LastHeartbeat time.Time     `json:"last_heartbeat"`
+	CreatedAt     time.Time     `json:"created_at"`
+}
+
+// RuntimeCaps are the optional powers of a runtime, as its driver declares
+// them (internal/runtime: Info) and its worker registers them. Placement
+// (internal/scheduler) and the service's gates decide on them, never on a
+// runtime's name.
+type RuntimeCaps struct {
+	// Pause: freeze a sandbox in memory and thaw it.
+	Pause bool `json:"pause,omitempty"`
+	// Snapshot: suspend and wake (write a sandbox's state and stop it,
+	// restore it later under the same id), and template images.
+	Snapshot bool `json:"snapshot,omitempty"`
+	// LeaveRunning: checkpoints of a sandbox that keep it running, the
+	// start of the snapshot features users see (checkpoints, rollback,
+	// forks of a checkpoint, export and import).
+	LeaveRunning bool `json:"leave_running,omitempty"`
+	// Fork: one snapshot restores several times, under new ids.
+	Fork bool `json:"fork,omitempty"`
+	// Network: the guest has a network device (not only loopback).
+	Network bool `json:"network,omitempty"`
+}
+
+// Has reports whether c has every power need asks for.
+func (c RuntimeCaps) Has(need RuntimeCaps) bool {
+	return (c.Pause || !need.Pause) && (c.Snapshot || !need.Snapshot) && (c.LeaveRunning || !need.LeaveRunning) &&
+		(c.Fork || !need.Fork) && (c.Network || !need.Network)
+}
+
+// And is the powers both c and o have.
+func (c RuntimeCaps) And(o RuntimeCaps) RuntimeCaps {
+	return RuntimeCaps{Pause: c.Pause && o.Pause, Snapshot: c.Snapshot && o.Snapshot, LeaveRunning: c.LeaveRunning && o.LeaveRunning,
+		Fork: c.Fork && o.Fork, Network: c.Network && o.Network}
+}
+
+// RuntimeInfo is one runtime a worker offers and what it can do.
+type RuntimeInfo struct {
+	Name string      `json:"name"`
+	Caps RuntimeCaps `json:"caps"`
+}
+
+// UnmarshalJSON also reads a bare name, as workers registered (and stores
+// kept) before runtimes declared their powers: such a runtime gets
+// LegacyRuntimeInfo.
+func (r *RuntimeInfo) UnmarshalJSON(b []byte) error {
+	var name string
+	if err := json.Unmarshal(b, &name); err == nil {
+		*r = LegacyRuntimeInfo(name)
+		return nil
+	}
+	type plain RuntimeInfo
+	return json.Unmarshal(b, (*plain)(r))
+}
+
+// LegacyRuntimeInfo is what a runtime named by a worker that did not
+// declare its powers (a version before RuntimeCaps) could do: those
+// versions knew only gvisor (every power but a network device), qemu (pause,
+// suspend and template images; a network device; checkpoints were
+// gvisor's only) and "auto" (what both have). Workers that declare their
+// powers are taken at their word; nothing else consults this.
+func LegacyRuntimeInfo(name string) RuntimeInfo {
+	gvisor := RuntimeCaps{Pause: true, Snapshot: true, LeaveRunning: true, Fork: true}
+	qemu := RuntimeCaps{Pause: true, Snapshot: true, Fork: true, Network: true}
+	switch name {
+	case "gvisor":
+		return RuntimeInfo{Name: name, Caps: gvisor}
+	case "qemu":
+		return RuntimeInfo{Name: name, Caps: qemu}
+	case "auto":
+		return RuntimeInfo{Name: name, Caps: gvisor.And(qemu)}
+	}
+	return RuntimeInfo{Name: name}
+}
+
+// LegacyRuntimes is LegacyRuntimeInfo of every runtime it knows.
+func LegacyRuntimes() []RuntimeInfo { return NamedRuntimes("gvisor", "qemu", "auto") }
+
+// NamedRuntimes is LegacyRuntimeInfo of each name.
+func NamedRuntimes(names ...string) []RuntimeInfo {
+	out := make([]RuntimeInfo, 0, len(names))
+	for _, n := range names {
+		out = append(out, LegacyRuntimeInfo(n))
+	}
+	return out
+}
+
+// Runtime returns the runtime w offers under name.
+func (w Worker) Runtime(name string) (RuntimeInfo, bool) {
+	for _, r := range w.Runtimes {
+		if r.Name == name {
+			return r, true
+		}
+	}
+	return RuntimeInfo{}, false
+}
+
+// RuntimeNames lists the names of the runtimes w offers.
+func (w Worker) RuntimeNames() []string {
+	out := make([]string, 0, len(w.Runtimes))
+	for _, r := range w.Runtimes {
+		out = append(out, r.Name)
+	}
+	return out
 }
 
 // Event is one entry in the ordered log behind the SSE streams.

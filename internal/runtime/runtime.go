@@ -1,7 +1,10 @@
 // Package runtime defines the driver interface every isolation backend
-// implements (gvisor today; qemu next) and the optional capability interfaces
-// found by type assertion. internal/runtime/runtimetest is the conformance
-// suite that every driver runs.
+// implements (gvisor, qemu, and the in-process fake for tests) and the
+// optional capability interfaces found by type assertion. A driver declares
+// what it can do in its Info (Describer): its worker registers that with
+// the control plane, which places and gates on it; a power a driver does not
+// declare is refused with ErrUnsupported. internal/runtime/runtimetest is
+// the conformance suite that every driver runs.
 //
 // A driver owns everything it creates for a sandbox (processes, mounts,
 // cgroups, namespaces, temp dirs) and must release all of it in Delete, even
@@ -13,6 +16,8 @@ import (
 	"context"
 	"errors"
 	"net"
+
+	"github.com/airlock/airlock/internal/model"
 )
 
 // ErrNotFound is returned for a sandbox id the driver does not know.
@@ -43,6 +48,55 @@ func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailab
 type Availability interface {
 	Unavailable() error
 }
+
+// ErrUnsupported marks a call for a power the sandbox's runtime does not
+// have (does not declare in its Info): pausing on a runtime without Pause,
+// a checkpoint that leaves the sandbox running without LeaveRunning. The
+// error that wraps it names the runtime and the power.
+var ErrUnsupported = errors.New("not supported by the runtime")
+
+// Info is what a runtime is and can do: its name and its powers
+// (model.RuntimeCaps). It is the same record a worker registers.
+type Info = model.RuntimeInfo
+
+// Caps are a runtime's optional powers.
+type Caps = model.RuntimeCaps
+
+// Describer is implemented by drivers that declare their Info. Every driver
+// of this module does; see Describe for one that does not.
+type Describer interface {
+	Describe(ctx context.Context) Info
+}
+
+// Describe returns d's Info: what d declares, or, for a driver that does
+// not implement Describer, its name and the powers its interfaces imply
+// (Pauser: Pause; Snapshotter: Snapshot, LeaveRunning and Fork).
+func Describe(ctx context.Context, d Driver) Info {
+	if ds, ok := d.(Describer); ok {
+		return ds.Describe(ctx)
+	}
+	info := Info{Name: d.Name()}
+	_, info.Caps.Pause = d.(Pauser)
+	if _, ok := d.(Snapshotter); ok {
+		info.Caps.Snapshot, info.Caps.LeaveRunning, info.Caps.Fork = true, true, true
+	}
+	return info
+}
+
+// Unsupported is the error for a call that needs power capability (a
+// model.RuntimeCaps JSON name: "pause", "snapshot", "leave_running",
+// "fork", "network") of runtime name, which it lacks; what words the call
+// ("pause sandboxes"). It matches ErrUnsupported.
+func Unsupported(name, capability, what string) error {
+	return &unsupportedError{name, capability, what}
+}
+
+type unsupportedError struct{ runtime, capability, what string }
+
+func (e *unsupportedError) Error() string {
+	return "runtime " + e.runtime + " cannot " + e.what + " (it does not declare " + e.capability + "): " + ErrUnsupported.Error()
+}
+func (e *unsupportedError) Unwrap() error { return ErrUnsupported }
 
 // Spec describes one sandbox to start.
 type Spec struct {

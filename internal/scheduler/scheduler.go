@@ -8,6 +8,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/airlock/airlock/internal/model"
@@ -21,14 +22,22 @@ type Load struct {
 
 // Request is what a sandbox needs from a worker.
 type Request struct {
-	Runtime        string
+	Runtime string
+	// Needs are the powers the worker's Runtime must have declared.
+	Needs          model.RuntimeCaps
 	TemplateDigest string
 	Resources      model.Resources
 }
 
-// RequestFor returns the placement request of sb.
+// RequestFor returns the placement request of sb. A sandbox that starts
+// from a snapshot (a fork, an import) needs a runtime that restores
+// snapshots under new ids.
 func RequestFor(sb model.Sandbox) Request {
-	return Request{Runtime: sb.Runtime, TemplateDigest: sb.TemplateDigest, Resources: sb.Resources}
+	req := Request{Runtime: sb.Runtime, TemplateDigest: sb.TemplateDigest, Resources: sb.Resources}
+	if sb.Source != nil {
+		req.Needs = model.RuntimeCaps{Snapshot: true, Fork: true}
+	}
+	return req
 }
 
 // Reserves reports whether a sandbox in state s holds resources on its
@@ -60,16 +69,17 @@ func Fresh(w model.Worker, now time.Time, ttl time.Duration) bool {
 }
 
 // Pick returns the worker that should run req: among workers with a fresh
-// heartbeat, the runtime, the template digest and enough free memory and
-// vCPUs (capacity minus load), the one with the most free memory (then most
-// free vCPUs, then lowest ID). When none fits the error wraps
+// heartbeat, the runtime, the powers req needs of it (as the worker
+// declared them: model.RuntimeCaps), the template digest and enough free
+// memory and vCPUs (capacity minus load), the one with the most free memory
+// (then most free vCPUs, then lowest ID). When none fits the error wraps
 // model.ErrUnavailable and names the first filter that left no candidate.
 func Pick(workers []model.Worker, load map[string]Load, req Request, now time.Time, heartbeatTTL time.Duration) (string, error) {
 	type candidate struct {
 		id               string
 		freeMiB, freeCPU int
 	}
-	var live, withRuntime, withTemplate int
+	var live, withRuntime, capable, withTemplate int
 	var fits []candidate
 	var best *candidate // most free memory among those with the template, for the message
 	for _, w := range workers {
@@ -77,10 +87,15 @@ func Pick(workers []model.Worker, load map[string]Load, req Request, now time.Ti
 			continue
 		}
 		live++
-		if !slices.Contains(w.Runtimes, req.Runtime) {
+		rt, ok := w.Runtime(req.Runtime)
+		if !ok {
 			continue
 		}
 		withRuntime++
+		if !rt.Caps.Has(req.Needs) {
+			continue
+		}
+		capable++
 		if !slices.Contains(w.Templates, req.TemplateDigest) {
 			continue
 		}
@@ -99,6 +114,8 @@ func Pick(workers []model.Worker, load map[string]Load, req Request, now time.Ti
 		return "", model.Errorf(model.ErrUnavailable, "no live worker: none has sent a heartbeat in the last %s", heartbeatTTL)
 	case withRuntime == 0:
 		return "", model.Errorf(model.ErrUnavailable, "no live worker supports runtime %q", req.Runtime)
+	case capable == 0:
+		return "", model.Errorf(model.ErrUnavailable, "no live worker's runtime %q can %s", req.Runtime, describeNeeds(req.Needs))
 	case withTemplate == 0:
 		return "", model.Errorf(model.ErrUnavailable, "no live worker with runtime %q has template %s", req.Runtime, req.TemplateDigest)
 	case len(fits) == 0:
@@ -116,6 +133,26 @@ func Pick(workers []model.Worker, load map[string]Load, req Request, now time.Ti
 		return cmp.Compare(a.id, b.id)
 	})
 	return fits[0].id, nil
+}
+
+// describeNeeds words the powers of need for an error.
+func describeNeeds(need model.RuntimeCaps) string {
+	var words []string
+	for _, c := range []struct {
+		on   bool
+		what string
+	}{
+		{need.Pause, "pause sandboxes"},
+		{need.Snapshot, "snapshot sandboxes"},
+		{need.LeaveRunning, "checkpoint running sandboxes"},
+		{need.Fork, "start sandboxes from a snapshot"},
+		{need.Network, "give sandboxes a network device"},
+	} {
+		if c.on {
+			words = append(words, c.what)
+		}
+	}
+	return strings.Join(words, " and ")
 }
 
 // String renders l for logs.

@@ -15,9 +15,19 @@ func TestPick(t *testing.T) {
 	fresh := now.Add(-time.Second)
 	stale := now.Add(-time.Minute)
 	w := func(id string, hb time.Time, mem, cpu int, templates ...string) model.Worker {
-		return model.Worker{ID: id, LastHeartbeat: hb, Runtimes: []string{"gvisor"}, Templates: templates, CapacityMiB: mem, CapacityVCPUs: cpu}
+		return model.Worker{ID: id, LastHeartbeat: hb, Runtimes: []model.RuntimeInfo{{Name: "gvisor", Caps: snapCaps}}, Templates: templates, CapacityMiB: mem, CapacityVCPUs: cpu}
 	}
 	req := Request{Runtime: "gvisor", TemplateDigest: "sha256:a", Resources: model.Resources{VCPUs: 1, MemoryMiB: 512}}
+	// vm offers a runtime "vm" that pauses but cannot snapshot, beside gvisor.
+	vm := func(id string, mem int) model.Worker {
+		wk := w(id, fresh, mem, 4, "sha256:a")
+		wk.Runtimes = append(wk.Runtimes, model.RuntimeInfo{Name: "vm", Caps: model.RuntimeCaps{Pause: true}})
+		return wk
+	}
+	snapReq := req
+	snapReq.Needs = model.RuntimeCaps{Snapshot: true, Fork: true}
+	vmSnapReq := snapReq
+	vmSnapReq.Runtime = "vm"
 	tests := []struct {
 		name    string
 		workers []model.Worker
@@ -50,6 +60,16 @@ func TestPick(t *testing.T) {
 		{name: "stale worker skipped even if bigger", workers: []model.Worker{
 			w("w1", fresh, 1024, 4, "sha256:a"), w("w2", stale, 65536, 64, "sha256:a"),
 		}, req: req, want: "w1"},
+		{name: "runtime without the power", workers: []model.Worker{vm("w1", 4096)}, req: vmSnapReq,
+			wantErr: `no live worker's runtime "vm" can snapshot sandboxes and start sandboxes from a snapshot`},
+		{name: "runtime with the power", workers: []model.Worker{vm("w1", 4096)}, req: snapReq, want: "w1"},
+		{name: "capable worker wins over a bigger incapable one", workers: []model.Worker{
+			vm("w1", 65536), {ID: "w2", LastHeartbeat: fresh, Runtimes: []model.RuntimeInfo{{Name: "vm", Caps: snapCaps}}, Templates: []string{"sha256:a"}, CapacityMiB: 1024, CapacityVCPUs: 1},
+		}, req: vmSnapReq, want: "w2"},
+		{name: "no needs: any runtime of the name", workers: []model.Worker{vm("w1", 4096)}, req: Request{Runtime: "vm", TemplateDigest: "sha256:a"}, want: "w1"},
+		{name: "legacy worker (names only) keeps its powers", workers: []model.Worker{
+			{ID: "w1", LastHeartbeat: fresh, Runtimes: model.NamedRuntimes("gvisor", "qemu"), Templates: []string{"sha256:a"}, CapacityMiB: 4096, CapacityVCPUs: 4},
+		}, req: snapReq, want: "w1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -73,6 +93,23 @@ func TestPick(t *testing.T) {
 				t.Errorf("Pick = %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// snapCaps can do everything but give a network device.
+var snapCaps = model.RuntimeCaps{Pause: true, Snapshot: true, LeaveRunning: true, Fork: true}
+
+// TestRequestFor: a sandbox that starts from a snapshot (fork, import)
+// needs a runtime that restores snapshots under new ids; others need
+// nothing beyond the runtime's name.
+func TestRequestFor(t *testing.T) {
+	sb := model.Sandbox{Runtime: "gvisor", TemplateDigest: "sha256:a", Resources: model.Resources{VCPUs: 1, MemoryMiB: 256}}
+	if got := RequestFor(sb); got.Needs != (model.RuntimeCaps{}) || got.Runtime != "gvisor" || got.TemplateDigest != "sha256:a" || got.Resources != sb.Resources {
+		t.Errorf("RequestFor(create) = %+v", got)
+	}
+	sb.Source = &model.Source{WorkerID: "w1", SandboxID: "sb-1", Checkpoint: "c"}
+	if got := RequestFor(sb); got.Needs != (model.RuntimeCaps{Snapshot: true, Fork: true}) {
+		t.Errorf("RequestFor(fork) needs %+v, want snapshot and fork", got.Needs)
 	}
 }
 

@@ -107,7 +107,7 @@ func (s *Service) checkRuntime(ctx context.Context, rt string) error {
 	}
 	offered := []string{DefaultRuntime}
 	for _, w := range ws {
-		for _, r := range w.Runtimes {
+		for _, r := range w.RuntimeNames() {
 			if r == rt {
 				return nil
 			}

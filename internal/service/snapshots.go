@@ -39,8 +39,40 @@ import (
 // checkpointName is what a checkpoint may be called.
 var checkpointName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 
-// snapshotRuntimes are the runtimes checkpoints, rollback and forks work on.
-var snapshotRuntimes = []string{"gvisor"}
+// snapshotCaps are the powers checkpoints, rollback, forks and imports
+// need of a sandbox's runtime.
+var snapshotCaps = model.RuntimeCaps{Snapshot: true, LeaveRunning: true, Fork: true}
+
+// snapshotRuntimes lists, sorted, the runtimes checkpoints, rollback, forks
+// and imports work on: those with snapshotCaps as a registered worker
+// declares them, and of the runtimes no registered worker offers, those
+// model.LegacyRuntimes gives them (a sandbox whose workers are all gone
+// keeps what its runtime could do).
+func (s *Service) snapshotRuntimes(ctx context.Context) ([]string, error) {
+	ws, err := s.Store.ListWorkers(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list workers: %w", err)
+	}
+	can := map[string]bool{}
+	for _, w := range ws {
+		for _, r := range w.Runtimes {
+			can[r.Name] = can[r.Name] || r.Caps.Has(snapshotCaps)
+		}
+	}
+	for _, r := range model.LegacyRuntimes() {
+		if _, offered := can[r.Name]; !offered {
+			can[r.Name] = r.Caps.Has(snapshotCaps)
+		}
+	}
+	var names []string
+	for n, ok := range can {
+		if ok {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	return names, nil
+}
 
 // streamClient moves archives to and from workers: no overall timeout (an
 // archive may be GiBs), the request's context bounds it.
@@ -72,20 +104,15 @@ func (s *Service) snapshotSandbox(ctx context.Context, p Principal, id string) (
 	if err := s.requireSnapshots(ctx, sb.OrgID); err != nil {
 		return model.Sandbox{}, err
 	}
-	if !runtimeSnapshots(sb.Runtime) {
+	rts, err := s.snapshotRuntimes(ctx)
+	if err != nil {
+		return model.Sandbox{}, err
+	}
+	if !slices.Contains(rts, sb.Runtime) {
 		return model.Sandbox{}, model.Errorf(model.ErrConflict, "sandbox %s runs on the %s runtime; checkpoints, rollback and forks are available on the %s runtime only for now",
-			id, sb.Runtime, strings.Join(snapshotRuntimes, ", "))
+			id, sb.Runtime, strings.Join(rts, ", "))
 	}
 	return sb, nil
-}
-
-func runtimeSnapshots(rt string) bool {
-	for _, r := range snapshotRuntimes {
-		if rt == r {
-			return true
-		}
-	}
-	return false
 }
 
 // CreateCheckpoint starts writing checkpoint name of a running or paused
@@ -421,8 +448,12 @@ func (s *Service) ImportSandbox(ctx context.Context, p Principal, req apitypes.C
 	if m.Name != "" && !checkpointName.MatchString(m.Name) {
 		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "the archive's checkpoint name %.80q is invalid: a checkpoint name is 1-63 of a-z, 0-9, '.', '_' and '-', starting with a letter or digit", m.Name)
 	}
-	if !runtimeSnapshots(m.Runtime) {
-		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "the archive was written by the %.80q runtime; imports work for the %s runtime only for now", m.Runtime, strings.Join(snapshotRuntimes, ", "))
+	rts, err := s.snapshotRuntimes(ctx)
+	if err != nil {
+		return model.Sandbox{}, model.Operation{}, err
+	}
+	if !slices.Contains(rts, m.Runtime) {
+		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "the archive was written by the %.80q runtime; imports work for the %s runtime only for now", m.Runtime, strings.Join(rts, ", "))
 	}
 	if m.TemplateDigest == "" {
 		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "the archive's manifest does not name the template it was taken on (template_digest); export it again with this version")

@@ -927,6 +927,7 @@ func (w *Worker) register(ctx context.Context) error {
 			CapacityVCPUs: w.cfg.CapacityVCPUs,
 			Templates:     w.templates(),
 			Secret:        w.loadSecret(),
+			RuntimeInfo:   w.runtimeInfo(ctx),
 		}
 		var resp workerapi.RegisterResponse
 		err := w.call(ctx, "/internal/v1/workers/register", req, &resp)
@@ -960,6 +961,16 @@ func (w *Worker) runtimes() []string {
 		return m.Offered()
 	}
 	return []string{w.cfg.Driver.Name()}
+}
+
+// runtimeInfo is what each of runtimes() can do, as the drivers declare it.
+func (w *Worker) runtimeInfo(ctx context.Context) []model.RuntimeInfo {
+	if m, ok := w.cfg.Driver.(interface {
+		Infos(context.Context) []runtime.Info
+	}); ok {
+		return m.Infos(ctx)
+	}
+	return []model.RuntimeInfo{runtime.Describe(ctx, w.cfg.Driver)}
 }
 
 func decodeKey(s string) ([]byte, error) {

@@ -42,6 +42,18 @@ type RegisterRequest struct {
 	// Secret is the worker's own secret from its first registration; it
 	// proves the id when the worker registers again.
 	Secret string `json:"secret,omitempty"`
+	// RuntimeInfo declares what each of Runtimes can do; a worker that
+	// sends none (an older one) is taken to have model.LegacyRuntimeInfo.
+	RuntimeInfo []model.RuntimeInfo `json:"runtime_info,omitempty"`
+}
+
+// Offered is the runtimes r registers, with their powers: RuntimeInfo,
+// else each of Runtimes as model.LegacyRuntimeInfo.
+func (r RegisterRequest) Offered() []model.RuntimeInfo {
+	if len(r.RuntimeInfo) > 0 {
+		return r.RuntimeInfo
+	}
+	return model.NamedRuntimes(r.Runtimes...)
 }
 
 // RegisterResponse gives the worker what it needs to serve the data plane.

@@ -115,6 +115,7 @@ var (
 	_ runtime.Driver      = (*Driver)(nil)
 	_ runtime.Pauser      = (*Driver)(nil)
 	_ runtime.Snapshotter = (*Driver)(nil)
+	_ runtime.Describer   = (*Driver)(nil)
 	_ runtime.Sandbox     = (*sandbox)(nil)
 )
 
@@ -140,6 +141,14 @@ func New(cfg Config) (*Driver, error) {
 
 // Name returns "gvisor".
 func (d *Driver) Name() string { return Name }
+
+// Info is what the gvisor runtime declares: pause, suspend and wake,
+// checkpoints that leave the sandbox running, restores under new ids; no
+// network device (--network=none: loopback only).
+var Info = runtime.Info{Name: Name, Caps: runtime.Caps{Pause: true, Snapshot: true, LeaveRunning: true, Fork: true}}
+
+// Describe returns Info.
+func (d *Driver) Describe(context.Context) runtime.Info { return Info }
 
 // maxSocketPath is the usable length of sockaddr_un.sun_path.
 const maxSocketPath = 107

@@ -892,7 +892,7 @@ func testUpdateBoth(t *testing.T, s store.Store) {
 func testWorkers(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	w := model.Worker{ID: "w-2", DataPlaneURL: "http://127.0.0.1:9001", InternalURL: "http://127.0.0.1:9002",
-		Runtimes: []string{"gvisor"}, Templates: []string{"sha256:111"}, CapacityMiB: 8192, CapacityVCPUs: 4,
+		Runtimes: model.NamedRuntimes("gvisor"), Templates: []string{"sha256:111"}, CapacityMiB: 8192, CapacityVCPUs: 4,
 		LastHeartbeat: at(time.Second), CreatedAt: at(0)}
 	must(t, "upsert", s.UpsertWorker(ctx, w))
 	got, err := s.GetWorker(ctx, "w-2")
