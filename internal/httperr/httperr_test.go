@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/airlock/airlock/internal/api/apitypes"
 	"github.com/airlock/airlock/internal/httperr"
 	"github.com/airlock/airlock/internal/model"
 )
@@ -110,5 +111,23 @@ func TestPublicDiffersOnlyAsDocumented(t *testing.T) {
 				t.Errorf("%v: internal %d %s, public %d %s", s, ist, icode, pst, pcode)
 			}
 		}
+	}
+}
+
+// TestPublicCodesAreTheAPIs: the /v1 table's codes are those the OpenAPI
+// document lists (apitypes).
+func TestPublicCodesAreTheAPIs(t *testing.T) {
+	api := map[string]bool{
+		apitypes.CodeUnauthorized: true, apitypes.CodeForbidden: true, apitypes.CodeNotFound: true,
+		apitypes.CodeConflict: true, apitypes.CodeTooLarge: true, apitypes.CodeUnprocessable: true,
+		apitypes.CodeRateLimited: true, apitypes.CodeQuotaExceeded: true, apitypes.CodeUnavailable: true,
+	}
+	for _, r := range httperr.Public {
+		if !api[r.Code] {
+			t.Errorf("public row %v: code %q is not an apitypes code", r.Err, r.Code)
+		}
+	}
+	if httperr.CodeInternal != apitypes.CodeInternal {
+		t.Errorf("internal code %q, apitypes %q", httperr.CodeInternal, apitypes.CodeInternal)
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/airlock/airlock/internal/api/apitypes"
+	"github.com/airlock/airlock/internal/httperr"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/scheduler"
 	"github.com/airlock/airlock/internal/snapshot"
@@ -399,25 +400,17 @@ type readCloser struct {
 }
 
 // workerError turns a worker's error answer into a model error with its
-// message: 4xx keep their meaning, anything else is unavailable.
+// message (internal/httperr): what the user's request did wrong (invalid,
+// unprocessable, not found, conflict, too large) keeps its meaning; anything
+// else, the worker refusing the server's own credentials included, is the
+// worker failing: unavailable.
 func workerError(resp *http.Response, wid, what string) error {
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	msg := strings.TrimSpace(string(body))
-	var eb apitypes.ErrorResponse
-	if json.Unmarshal(body, &eb) == nil && eb.Error.Message != "" {
-		msg = eb.Error.Message
+	err := httperr.FromResponse(resp)
+	switch kind := httperr.Kind(err); kind {
+	case model.ErrInvalid, model.ErrUnprocessable, model.ErrNotFound, model.ErrConflict, model.ErrTooLarge:
+		return model.Errorf(kind, "%s", err)
 	}
-	switch resp.StatusCode {
-	case http.StatusBadRequest, http.StatusUnprocessableEntity:
-		return model.Errorf(model.ErrUnprocessable, "%s", msg)
-	case http.StatusNotFound:
-		return model.Errorf(model.ErrNotFound, "%s", msg)
-	case http.StatusConflict:
-		return model.Errorf(model.ErrConflict, "%s", msg)
-	case http.StatusRequestEntityTooLarge:
-		return model.Errorf(model.ErrTooLarge, "%s", msg)
-	}
-	return model.Errorf(model.ErrUnavailable, "worker %s answered %s %s: %s", wid, resp.Status, what, msg)
+	return model.Errorf(model.ErrUnavailable, "worker %s answered %s %s: %s", wid, resp.Status, what, err)
 }
 
 // ImportSandbox creates a sandbox from a checkpoint archive: it reads the

@@ -39,7 +39,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"time"
 
 	"github.com/airlock/airlock/internal/agentclient"
@@ -547,17 +546,22 @@ func (w *Worker) requestWake(sb *sandbox, call *wakeCall) {
 	wid := w.workerID
 	w.mu.Unlock()
 	w.log.Info("data-plane request for a sandbox that is not running; asking the server to wake it", "sandbox", sb.id)
-	var resp struct {
-		Operation model.Operation `json:"operation"`
-	}
-	err := w.call(ctx, "/internal/v1/workers/"+url.PathEscape(wid)+"/wake", workerapi.WakeRequest{SandboxID: sb.id}, &resp)
-	var se *serverError
+	_, err := w.api.Wake(ctx, wid, workerapi.WakeRequest{SandboxID: sb.id})
+	var se *workerapi.Error
 	switch {
 	case err == nil:
 	case errors.As(err, &se) && errors.Is(err, model.ErrConflict):
-		err = model.Errorf(model.ErrConflict, "%s", se.msg)
+		err = model.Errorf(model.ErrConflict, "%s", se.Message)
 	case errors.As(err, &se):
-		err = model.Errorf(se.kind, "wake sandbox %s: %s", sb.id, se.msg)
+		kind := se.Unwrap()
+		switch kind {
+		case model.ErrNotFound, model.ErrUnauthorized, model.ErrForbidden, model.ErrInvalid:
+		default:
+			// Any other refusal (a quota, the server failing) fails the
+			// data-plane request as unavailable: retry later.
+			kind = model.ErrUnavailable
+		}
+		err = model.Errorf(kind, "wake sandbox %s: %s", sb.id, se.Message)
 	default:
 		err = model.Errorf(model.ErrUnavailable, "wake sandbox %s: %v", sb.id, err)
 	}

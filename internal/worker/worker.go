@@ -18,19 +18,14 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -159,6 +154,7 @@ type Worker struct {
 
 	key    atomic.Pointer[verifyKeys] // data-plane verification keys, set at registration and by Sync
 	secret atomic.Pointer[string]     // the worker's own credential (see Config.SecretFile)
+	api    *workerapi.Client          // the server's worker API
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
@@ -204,6 +200,7 @@ func New(cfg Config) (*Worker, error) {
 	if w.http == nil {
 		w.http = &http.Client{}
 	}
+	w.api = &workerapi.Client{URL: cfg.ServerURL, HTTP: w.http, JoinToken: cfg.WorkerToken, Secret: w.ownSecret}
 	w.ln = cfg.DataPlaneListener
 	if w.ln == nil {
 		ln, err := net.Listen("tcp", cfg.DataPlaneAddr)
@@ -929,8 +926,7 @@ func (w *Worker) register(ctx context.Context) error {
 			Secret:        w.loadSecret(),
 			RuntimeInfo:   w.runtimeInfo(ctx),
 		}
-		var resp workerapi.RegisterResponse
-		err := w.call(ctx, "/internal/v1/workers/register", req, &resp)
+		resp, err := w.api.Register(ctx, req)
 		if err == nil && resp.WorkerSecret != "" {
 			err = w.storeSecret(resp.WorkerSecret)
 		}
@@ -982,13 +978,20 @@ func decodeKey(s string) ([]byte, error) {
 	return nil, errors.New("decode signing key: not base64")
 }
 
+// ownSecret is the credential Sync and Wake present: the worker's own
+// secret once it has one (the join token before; see workerapi.Client).
+func (w *Worker) ownSecret() string {
+	if sp := w.secret.Load(); sp != nil {
+		return *sp
+	}
+	return ""
+}
+
 func (w *Worker) sync(ctx context.Context, req workerapi.SyncRequest, version int64) (workerapi.SyncResponse, error) {
 	w.mu.Lock()
 	id := w.workerID
 	w.mu.Unlock()
-	q := url.Values{"wait": {SyncWait.String()}, "version": {fmt.Sprint(version)}}
-	var resp workerapi.SyncResponse
-	err := w.call(ctx, "/internal/v1/workers/"+url.PathEscape(id)+"/sync?"+q.Encode(), req, &resp)
+	resp, err := w.api.Sync(ctx, id, req, SyncWait, version)
 	if err == nil && len(resp.SigningKeys) > 0 {
 		if kerr := w.setKeys("", resp.SigningKeys); kerr != nil {
 			w.log.Warn("signing keys from sync", "err", kerr)
@@ -996,72 +999,6 @@ func (w *Worker) sync(ctx context.Context, req workerapi.SyncRequest, version in
 	}
 	return resp, err
 }
-
-// call POSTs body as JSON and decodes the answer into out.
-func (w *Worker) call(ctx context.Context, path string, body, out any) error {
-	b, err := json.Marshal(body)
-	if err != nil {
-		return fmt.Errorf("encode request: %w", err)
-	}
-	u := strings.TrimRight(w.cfg.ServerURL, "/") + path
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(b))
-	if err != nil {
-		return fmt.Errorf("build request: %w", err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	// Registration presents the join token; every other call the worker's
-	// own secret (the server refuses the join token there).
-	bearer := w.cfg.WorkerToken
-	if sp := w.secret.Load(); sp != nil && path != "/internal/v1/workers/register" {
-		bearer = *sp
-	}
-	req.Header.Set("Authorization", "Bearer "+bearer)
-	res, err := w.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("call %s: %w", path, err)
-	}
-	defer res.Body.Close()
-	if res.StatusCode/100 != 2 {
-		msg, _ := io.ReadAll(io.LimitReader(res.Body, 4096))
-		var e struct {
-			Error struct {
-				Message string `json:"message"`
-			} `json:"error"`
-		}
-		if json.Unmarshal(msg, &e) == nil && e.Error.Message != "" {
-			msg = []byte(e.Error.Message)
-		}
-		kind := model.ErrUnavailable
-		switch res.StatusCode {
-		case http.StatusConflict:
-			kind = model.ErrConflict
-		case http.StatusNotFound:
-			kind = model.ErrNotFound
-		case http.StatusUnauthorized:
-			kind = model.ErrUnauthorized
-		case http.StatusForbidden:
-			kind = model.ErrForbidden
-		case http.StatusBadRequest:
-			kind = model.ErrInvalid
-		}
-		return fmt.Errorf("call %s: %w", path, &serverError{status: res.Status, msg: strings.TrimSpace(string(msg)), kind: kind})
-	}
-	if err := json.NewDecoder(res.Body).Decode(out); err != nil {
-		return fmt.Errorf("decode answer of %s: %w", path, err)
-	}
-	return nil
-}
-
-// serverError is a non-2xx answer of the server: its message, classified
-// by a model sentinel.
-type serverError struct {
-	status string
-	msg    string
-	kind   error
-}
-
-func (e *serverError) Error() string { return "server answered " + e.status + ": " + e.msg }
-func (e *serverError) Unwrap() error { return e.kind }
 
 // backoff is a capped exponential delay.
 type backoff struct{ d time.Duration }
