@@ -21,6 +21,7 @@ import (
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/service"
 	"github.com/airlock/airlock/internal/token"
+	"github.com/airlock/airlock/internal/workerapi"
 )
 
 // Headers of sandbox traffic.
@@ -31,7 +32,7 @@ const (
 	// HeaderDataPlaneToken carries the server-signed envd token from the
 	// router to the worker's /e2b route (Authorization is the user's: envd
 	// reads the run-as user from it).
-	HeaderDataPlaneToken = "X-Airlock-Dataplane-Token"
+	HeaderDataPlaneToken = workerapi.HeaderDataPlaneToken
 )
 
 // maxRPCBody caps the body of an envd RPC (file bytes go through /files).
@@ -220,10 +221,10 @@ func (rt *router) serve(w http.ResponseWriter, r *http.Request, t target) {
 		out.Body = http.MaxBytesReader(w, r.Body, maxRPCBody)
 	}
 	stripCredentials(out.Header, t.port == EnvdPort)
-	out.URL.Path = "/e2b/" + sb.ID + "/" + strconv.Itoa(t.port) + r.URL.Path
+	out.URL.Path = workerapi.E2BPath(sb.ID, t.port) + r.URL.Path
 	out.URL.RawPath = ""
 	if r.URL.RawPath != "" {
-		out.URL.RawPath = "/e2b/" + sb.ID + "/" + strconv.Itoa(t.port) + r.URL.RawPath
+		out.URL.RawPath = workerapi.E2BPath(sb.ID, t.port) + r.URL.RawPath
 	}
 	out.Header.Set(HeaderDataPlaneToken, tok)
 	if h != nil {

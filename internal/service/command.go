@@ -15,6 +15,7 @@ import (
 	"github.com/airlock/airlock/internal/api/apitypes"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/token"
+	"github.com/airlock/airlock/internal/workerapi"
 )
 
 // SessionTTL is how long command and files tokens stay valid.
@@ -84,7 +85,7 @@ func (s *Service) workerOf(ctx context.Context, sb model.Sandbox) (model.Worker,
 }
 
 // workerRequest is a request from the server to worker w's data plane for
-// sandbox sb, at /v1/sandboxes/<sb>/<path>, authorized by a one-minute
+// sandbox sb, at path (a workerapi data-plane path), authorized by a one-minute
 // token with claims c (the sandbox, its org, the worker and the expiry
 // filled in; signed with w's own key).
 func (s *Service) workerRequest(ctx context.Context, w model.Worker, sb model.Sandbox, c token.Claims, method, path string, body io.Reader) (*http.Request, error) {
@@ -93,7 +94,7 @@ func (s *Service) workerRequest(ctx context.Context, w model.Worker, sb model.Sa
 	if err != nil {
 		return nil, err
 	}
-	u := strings.TrimRight(w.DataPlaneURL, "/") + "/v1/sandboxes/" + url.PathEscape(sb.ID) + path
+	u := strings.TrimRight(w.DataPlaneURL, "/") + path
 	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {
 		return nil, fmt.Errorf("request to worker %s: %w", w.ID, err)
@@ -162,7 +163,7 @@ func (s *Service) CreateCommand(ctx context.Context, p Principal, sandboxID stri
 	if err != nil {
 		return apitypes.CommandSession{}, err
 	}
-	attach, err := wsURL(w.DataPlaneURL, "/v1/sandboxes/"+sb.ID+"/commands/"+spec.ID+"/attach")
+	attach, err := wsURL(w.DataPlaneURL, workerapi.AttachPath(sb.ID, spec.ID))
 	if err != nil {
 		return apitypes.CommandSession{}, err
 	}
@@ -176,7 +177,7 @@ func (s *Service) ListCommands(ctx context.Context, p Principal, sandboxID strin
 	if err != nil {
 		return nil, err
 	}
-	req, err := s.workerRequest(ctx, w, sb, token.Claims{Scope: token.ScopeFiles}, http.MethodGet, "/commands", nil)
+	req, err := s.workerRequest(ctx, w, sb, token.Claims{Scope: token.ScopeFiles}, http.MethodGet, workerapi.CommandsPath(sb.ID), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -220,7 +221,7 @@ func (s *Service) FilesSession(ctx context.Context, p Principal, sandboxID strin
 	}
 	s.touch(ctx, sb.ID)
 	return apitypes.FilesSession{
-		URL:   strings.TrimRight(w.DataPlaneURL, "/") + "/v1/sandboxes/" + sb.ID + "/files",
+		URL:   strings.TrimRight(w.DataPlaneURL, "/") + workerapi.FilesPath(sb.ID),
 		Token: tok, ExpiresAt: exp,
 	}, nil
 }

@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -35,6 +34,7 @@ import (
 	"github.com/airlock/airlock/internal/snapshot"
 	"github.com/airlock/airlock/internal/store"
 	"github.com/airlock/airlock/internal/token"
+	"github.com/airlock/airlock/internal/workerapi"
 )
 
 // checkpointName is what a checkpoint may be called.
@@ -338,7 +338,7 @@ func (s *Service) ExportCheckpoint(ctx context.Context, p Principal, id, name st
 		}
 	}()
 	req, err := s.workerRequest(ctx, w, sb, token.Claims{Scope: token.ScopeSnapshot, Snapshot: cp.SnapshotID},
-		http.MethodGet, "/snapshots/"+url.PathEscape(cp.SnapshotID)+"/export", nil)
+		http.MethodGet, workerapi.ExportPath(sb.ID, cp.SnapshotID), nil)
 	if err != nil {
 		return Export{}, err
 	}
@@ -523,7 +523,7 @@ func (s *Service) ImportSandbox(ctx context.Context, p Principal, req apitypes.C
 // sendArchive streams an archive into worker w's snapshot store under
 // sandbox sb and returns the committed manifest.
 func (s *Service) sendArchive(ctx context.Context, w model.Worker, sb model.Sandbox, archive io.Reader) (snapshot.Manifest, error) {
-	req, err := s.workerRequest(ctx, w, sb, token.Claims{Scope: token.ScopeSnapshot}, http.MethodPost, "/snapshots", archive)
+	req, err := s.workerRequest(ctx, w, sb, token.Claims{Scope: token.ScopeSnapshot}, http.MethodPost, workerapi.SnapshotsPath(sb.ID), archive)
 	if err != nil {
 		return snapshot.Manifest{}, err
 	}
@@ -552,7 +552,7 @@ func (s *Service) sendArchive(ctx context.Context, w model.Worker, sb model.Sand
 func (s *Service) dropSnapshots(w model.Worker, sb model.Sandbox) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	req, err := s.workerRequest(ctx, w, sb, token.Claims{Scope: token.ScopeSnapshot}, http.MethodDelete, "/snapshots", nil)
+	req, err := s.workerRequest(ctx, w, sb, token.Claims{Scope: token.ScopeSnapshot}, http.MethodDelete, workerapi.SnapshotsPath(sb.ID), nil)
 	if err != nil {
 		return
 	}

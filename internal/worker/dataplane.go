@@ -63,6 +63,7 @@ import (
 	"github.com/airlock/airlock/internal/httperr"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/token"
+	"github.com/airlock/airlock/internal/workerapi"
 )
 
 // copyBufSize is the buffer for streaming file bodies.
@@ -77,8 +78,8 @@ func (w *Worker) Handler() http.Handler {
 		rw.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(rw, `{"status":"ok"}`)
 	})
-	mux.HandleFunc("GET /v1/sandboxes/{sid}/commands/{cid}/attach", w.handleAttach)
-	mux.HandleFunc("GET /v1/sandboxes/{sid}/commands", w.files(w.handleListCommands))
+	mux.HandleFunc(workerapi.RouteAttach, w.handleAttach)
+	mux.HandleFunc(workerapi.RouteListCommands, w.files(w.handleListCommands))
 	mux.HandleFunc("GET /v1/sandboxes/{sid}/files/content", w.files(w.handleRead))
 	mux.HandleFunc("PUT /v1/sandboxes/{sid}/files/content", w.files(w.handleWrite))
 	mux.HandleFunc("GET /v1/sandboxes/{sid}/files/stat", w.files(w.handleStat))

@@ -279,9 +279,9 @@ func (w *Worker) startFromSource(ctx context.Context, s model.Sandbox) (runtime.
 // ---- data plane ----
 
 func (w *Worker) snapshotHandlers(mux *http.ServeMux) {
-	mux.HandleFunc("GET /v1/sandboxes/{sid}/snapshots/{snap}/export", w.handleExport)
-	mux.HandleFunc("POST /v1/sandboxes/{sid}/snapshots", w.handleImport)
-	mux.HandleFunc("DELETE /v1/sandboxes/{sid}/snapshots", w.handleDropSnapshots)
+	mux.HandleFunc(workerapi.RouteExport, w.handleExport)
+	mux.HandleFunc(workerapi.RouteImport, w.handleImport)
+	mux.HandleFunc(workerapi.RouteDropSnapshots, w.handleDropSnapshots)
 }
 
 func (w *Worker) handleExport(rw http.ResponseWriter, r *http.Request) {

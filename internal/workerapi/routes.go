@@ -31,6 +31,17 @@ const (
 	// PathE2BPrefix starts the route of E2B traffic to a sandbox's port:
 	// /e2b/{sid}/{port}/….
 	PathE2BPrefix = "/e2b/"
+
+	// DataPlaneSandbox is the pattern of a sandbox's data-plane root.
+	DataPlaneSandbox = "/v1/sandboxes/{sid}"
+	// Routes of the data plane the server calls (the file API's routes
+	// are internal/worker's, called by internal/client under FilesPath).
+	RouteListCommands  = "GET " + DataPlaneSandbox + "/commands"
+	RouteAttach        = "GET " + DataPlaneSandbox + "/commands/{cid}/attach"
+	RouteExport        = "GET " + DataPlaneSandbox + "/snapshots/{snap}/export"
+	RouteImport        = "POST " + DataPlaneSandbox + "/snapshots"
+	RouteDropSnapshots = "DELETE " + DataPlaneSandbox + "/snapshots"
+	RouteE2B           = PathE2BPrefix + "{sid}/{port}/{path...}"
 )
 
 // SandboxPath is the data-plane path of sandbox sid, followed by rest
@@ -43,6 +54,14 @@ func CommandsPath(sid string) string { return SandboxPath(sid, "/commands") }
 // AttachPath attaches (WebSocket) to command cid of sandbox sid.
 func AttachPath(sid, cid string) string {
 	return SandboxPath(sid, "/commands/"+url.PathEscape(cid)+"/attach")
+}
+
+// SnapshotsPath imports (POST) and drops (DELETE) sandbox sid's snapshots.
+func SnapshotsPath(sid string) string { return SandboxPath(sid, "/snapshots") }
+
+// ExportPath exports snapshot snap of sandbox sid (GET).
+func ExportPath(sid, snap string) string {
+	return SandboxPath(sid, "/snapshots/"+url.PathEscape(snap)+"/export")
 }
 
 // FilesPath is the file API root of sandbox sid.
