@@ -372,6 +372,8 @@ type server struct {
 
 func newServer(ctx context.Context, st store.Store, workerToken string, deadline time.Duration, log *slog.Logger, now func() time.Time) (*server, error) {
 	ev := events.New(st)
+	ev.Now = now
+	go ev.Listen(ctx) // other servers' appends wake this one's long polls, streams and controller
 	ctrl := controller.New(controller.Config{
 		Store: st, Events: ev, Logger: log.With("component", "controller"),
 		WorkerToken: workerToken, OperationDeadline: deadline, Now: now,

@@ -176,6 +176,19 @@ type Settings interface {
 	SwapSetting(ctx context.Context, key, old, value string) error
 }
 
+// Notifier is an optional power of a Store, found by type assertion: it
+// tells of event appends by the other stores on the same database — other
+// servers', on PostgreSQL (LISTEN/NOTIFY) — so that their writes wake this
+// server's waiters at once instead of at its next poll.
+type Notifier interface {
+	// Listen calls wake after another store's event append has committed,
+	// until ctx ends. Wake-ups carry nothing and may merge or come without
+	// a new event (after a lost connection, in case one was missed): the
+	// woken re-read. The store's own appends are not reported; their
+	// writer announces them in process (events.Log does).
+	Listen(ctx context.Context, wake func())
+}
+
 // WorkerCredential is the stored half of a worker's own secret.
 type WorkerCredential struct {
 	WorkerID   string

@@ -13,7 +13,10 @@
 // jsonb. The schema is migrated on Open under an advisory lock, so that
 // servers starting together do not race. Event appends are serialized
 // with a transaction-scoped advisory lock, so a reader that has seen Seq n
-// never later finds a committed event below n.
+// never later finds a committed event below n, and announced with NOTIFY
+// on channel airlock_events (delivered at commit), which every other
+// server's store hears on a connection of its own (LISTEN), so that its
+// long polls and event streams wake at once.
 package postgres
 
 import (
@@ -66,7 +69,12 @@ func Open(ctx context.Context, url string, opts ...sqlstore.Option) (*Store, err
 		return nil, fmt.Errorf("postgres: connect: %w", err)
 	}
 	sub, _ := fs.Sub(migrations, "migrations")
-	scfg := sqlstore.Config{Dialect: Dialect{}, Writer: db, Migrations: sub}
+	n, err := newNotifier(cfg)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	scfg := sqlstore.Config{Dialect: Dialect{}, Writer: db, Migrations: sub, Notifier: n}
 	for _, o := range opts {
 		o(&scfg)
 	}

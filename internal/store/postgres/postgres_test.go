@@ -34,6 +34,13 @@ func TestClock(t *testing.T) {
 	})
 }
 
+func TestNotify(t *testing.T) {
+	storetest.RunNotify(t, func(t *testing.T) (store.Store, store.Store) {
+		url := pgtest.URL(t)
+		return open(t, url), open(t, url)
+	})
+}
+
 // TestConcurrentOpen starts several stores on one empty database at once:
 // the advisory lock must serialize the migrations.
 func TestConcurrentOpen(t *testing.T) {

@@ -77,7 +77,13 @@ func Open(ctx context.Context, path string, opts ...sqlstore.Option) (*Store, er
 	r.SetMaxOpenConns(8)
 	r.SetMaxIdleConns(8)
 	sub, _ := fs.Sub(migrations, "migrations")
-	cfg := sqlstore.Config{Dialect: Dialect{}, Writer: w, Reader: r, Migrations: sub}
+	key, err := filepath.Abs(path)
+	if err != nil {
+		key = path
+	}
+	// One process serves a SQLite file: other stores of this process on
+	// the same file hear of its event appends.
+	cfg := sqlstore.Config{Dialect: Dialect{}, Writer: w, Reader: r, Migrations: sub, Notifier: sqlstore.LocalNotifier(key)}
 	for _, o := range opts {
 		o(&cfg)
 	}

@@ -33,6 +33,13 @@ func TestClock(t *testing.T) {
 	})
 }
 
+func TestNotify(t *testing.T) {
+	storetest.RunNotify(t, func(t *testing.T) (store.Store, store.Store) {
+		path := filepath.Join(t.TempDir(), "airlock.db")
+		return open(t, path), open(t, path)
+	})
+}
+
 // TestReopen checks that migrations run once and data survives a restart.
 func TestReopen(t *testing.T) {
 	ctx := context.Background()

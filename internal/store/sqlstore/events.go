@@ -12,7 +12,8 @@ import (
 
 // AppendEvent stores ev with the next Seq (and Time=now if unset) and
 // returns it as stored. Appends are serialized (LockEvents) so that Seq
-// order is commit order.
+// order is commit order; the store's Notifier tells the other stores on
+// the database once the append commits.
 func (c *conn) AppendEvent(ctx context.Context, ev model.Event) (model.Event, error) {
 	if ev.Time.IsZero() {
 		ev.Time = c.now()
@@ -21,9 +22,19 @@ func (c *conn) AppendEvent(ctx context.Context, ev model.Event) (model.Event, er
 		if err := c.lock(ctx, LockEvents); err != nil {
 			return c.classify("append event: lock", err)
 		}
-		return c.classify("append event", c.writeRow(ctx, `INSERT INTO events (org_id, sandbox_id, operation_id, type, data, time)
+		if err := c.writeRow(ctx, `INSERT INTO events (org_id, sandbox_id, operation_id, type, data, time)
 			VALUES (?, ?, ?, ?, ?, ?) RETURNING seq, time`,
-			ev.OrgID, ev.SandboxID, ev.OperationID, ev.Type, string(ev.Data), c.d.Time(ev.Time)).Scan(&ev.Seq, timeCol{&ev.Time}))
+			ev.OrgID, ev.SandboxID, ev.OperationID, ev.Type, string(ev.Data), c.d.Time(ev.Time)).Scan(&ev.Seq, timeCol{&ev.Time}); err != nil {
+			return c.classify("append event", err)
+		}
+		if c.n == nil {
+			return nil
+		}
+		if err := c.n.Appended(ctx, c.tx); err != nil {
+			return c.classify("append event: notify", err)
+		}
+		*c.committed = append(*c.committed, c.n.Committed)
+		return nil
 	})
 	if err != nil {
 		return model.Event{}, err

@@ -99,6 +99,9 @@ type Config struct {
 	// idempotency key, a migration (nil: time.Now). Servers pass the
 	// clock their service and controller use.
 	Now func() time.Time
+	// Notifier carries event appends to the other stores on the database
+	// (nil: none; Listen returns at once).
+	Notifier Notifier
 }
 
 // Option changes a Config; backends' Open functions take them.
@@ -127,7 +130,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		cfg.Now = time.Now
 	}
 	s := &Store{writer: cfg.Writer, reader: cfg.Reader}
-	s.conn = conn{d: cfg.Dialect, w: cfg.Writer, r: cfg.Reader, db: cfg.Writer, now: cfg.Now}
+	s.conn = conn{d: cfg.Dialect, w: cfg.Writer, r: cfg.Reader, db: cfg.Writer, now: cfg.Now, n: cfg.Notifier}
 	if err := s.migrate(ctx, cfg.Migrations); err != nil {
 		return nil, err
 	}
@@ -211,6 +214,10 @@ type conn struct {
 	r     querier // other reads
 	db    *sql.DB // begins transactions (nil when bound to one)
 	now   func() time.Time
+	n     Notifier
+	// committed are what runs after the transaction c is bound to
+	// commits.
+	committed *[]func()
 	tx    *sql.Tx
 	depth int // savepoints below tx
 }
@@ -273,11 +280,15 @@ func (c *conn) runTx(ctx context.Context, step string, fn func(c *conn) error) e
 		return c.classify(step+": begin", err)
 	}
 	defer tx.Rollback()
-	if err := fn(&conn{d: c.d, w: tx, r: tx, tx: tx, now: c.now}); err != nil {
+	var committed []func()
+	if err := fn(&conn{d: c.d, w: tx, r: tx, tx: tx, now: c.now, n: c.n, committed: &committed}); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
 		return c.classify(step+": commit", err)
+	}
+	for _, f := range committed {
+		f()
 	}
 	return nil
 }
