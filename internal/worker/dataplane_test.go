@@ -453,10 +453,7 @@ func TestWorkerLifecycleHost(t *testing.T) {
 	if ids, _ := drv.List(ctx); !slices.Contains(ids, "sbx-life-0004") {
 		t.Fatal("stopping the worker deleted a running sandbox")
 	}
-	srv.mu.Lock()
-	delete(srv.assignments, "sbx-life-0004")
-	srv.version++
-	srv.mu.Unlock()
+	srv.Unassign("sbx-life-0004")
 	tw2 := startWorker(t, srv, drv, rootfs)
 	srv.waitObserved(ctx, "sbx-life-0004", model.StateDeleted)
 	if ids, _ := drv.List(ctx); slices.Contains(ids, "sbx-life-0004") {

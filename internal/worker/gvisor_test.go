@@ -244,9 +244,7 @@ func TestWorkerGVisor(t *testing.T) {
 	tw2.stop(t)
 	tw3 := startWorker(t, srv, newDriver(), rootfsFor)
 	srv.waitRegistered(ctx, 3)
-	srv.mu.Lock()
-	o := srv.observed[id]
-	srv.mu.Unlock()
+	o, _ := srv.Observed(id)
 	if o.State != model.StatePaused {
 		t.Fatalf("after restarting while paused: observed %+v", o)
 	}

@@ -192,30 +192,62 @@ func (s *Server) Wake(_ context.Context, _ string, req workerapi.WakeRequest) (m
 	return model.Operation{ID: "op-wake-" + req.SandboxID, SandboxID: req.SandboxID, Kind: model.OpWake}, nil
 }
 
-// Assign sets the desired state of sandbox id (template digest, 1 vCPU,
-// 512 MiB). A new sandbox is starting, as the controller places it.
+// Assign sets the desired state of sandbox id (template "base" at digest,
+// 1 vCPU, 512 MiB), replacing its assignment but for the state and
+// snapshot the worker reported; a new sandbox is starting, as the
+// controller places it.
 func (s *Server) Assign(id, digest string, desired model.SandboxState) {
-	s.Update(id, func(a *workerapi.Assignment) {
-		a.Sandbox.Template, a.Sandbox.TemplateDigest = "base", digest
-		a.Sandbox.Resources = model.Resources{VCPUs: 1, MemoryMiB: 512}
-		a.Desired = desired
-	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	state, snap := model.StateStarting, ""
+	if a, ok := s.assignments[id]; ok {
+		state, snap = a.Sandbox.State, a.Sandbox.SnapshotID
+	}
+	s.assignments[id] = workerapi.Assignment{
+		Sandbox: model.Sandbox{ID: id, Template: "base", TemplateDigest: digest, State: state, SnapshotID: snap,
+			Resources: model.Resources{VCPUs: 1, MemoryMiB: 512}, NoAutoWake: s.noAutoWake[id]},
+		Desired: desired,
+	}
+	s.version++
+	s.bump()
 }
 
-// Update changes sandbox id's assignment (a new one starts as a starting
-// sandbox) and bumps the version.
+// Set replaces sandbox id's assignment with a.
+func (s *Server) Set(a workerapi.Assignment) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.assignments[a.Sandbox.ID] = a
+	s.version++
+	s.bump()
+}
+
+// Update changes sandbox id's assignment (the zero one if it has none)
+// and bumps the version.
 func (s *Server) Update(id string, f func(*workerapi.Assignment)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	a, ok := s.assignments[id]
-	if !ok {
-		a = workerapi.Assignment{Sandbox: model.Sandbox{ID: id, State: model.StateStarting}}
-	}
-	a.Sandbox.NoAutoWake = s.noAutoWake[id]
+	a := s.assignments[id]
 	f(&a)
 	s.assignments[id] = a
 	s.version++
 	s.bump()
+}
+
+// Unassign drops sandbox id's assignment without a word to the worker,
+// as when the server forgets it.
+func (s *Server) Unassign(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.assignments, id)
+	s.version++
+}
+
+// Observed returns the last observation of sandbox id.
+func (s *Server) Observed(id string) (workerapi.Observed, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, ok := s.observed[id]
+	return o, ok
 }
 
 // Assignment returns sandbox id's assignment.
