@@ -15,29 +15,16 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-func open(t *testing.T, url string) *postgres.Store {
+func open(t *testing.T, url string, opts ...sqlstore.Option) *postgres.Store {
 	t.Helper()
-	s, err := postgres.Open(context.Background(), url)
+	s, err := postgres.Open(context.Background(), url, opts...)
 	return storetest.Opened(t, s, err)
 }
 
+// TestConformance runs storetest's suites on PostgreSQL (pgtest).
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store {
-		return open(t, pgtest.URL(t))
-	})
-}
-
-func TestClock(t *testing.T) {
-	storetest.RunClock(t, func(t *testing.T, now func() time.Time) store.Store {
-		s, err := postgres.Open(context.Background(), pgtest.URL(t), sqlstore.WithClock(now))
-		return storetest.Opened(t, s, err)
-	})
-}
-
-func TestNotify(t *testing.T) {
-	storetest.RunNotify(t, func(t *testing.T) (store.Store, store.Store) {
-		url := pgtest.URL(t)
-		return open(t, url), open(t, url)
+	storetest.RunBackend(t, pgtest.URL, func(t *testing.T, url string, now func() time.Time) store.Store {
+		return open(t, url, sqlstore.WithClock(now))
 	})
 }
 

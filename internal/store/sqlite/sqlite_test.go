@@ -14,29 +14,18 @@ import (
 	"github.com/airlock/airlock/internal/store/storetest"
 )
 
-func open(t *testing.T, path string) *sqlite.Store {
+func open(t *testing.T, path string, opts ...sqlstore.Option) *sqlite.Store {
 	t.Helper()
-	s, err := sqlite.Open(context.Background(), path)
+	s, err := sqlite.Open(context.Background(), path, opts...)
 	return storetest.Opened(t, s, err)
 }
 
+func tempFile(t testing.TB) string { return filepath.Join(t.TempDir(), "airlock.db") }
+
+// TestConformance runs storetest's suites on SQLite files.
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store {
-		return open(t, filepath.Join(t.TempDir(), "airlock.db"))
-	})
-}
-
-func TestClock(t *testing.T) {
-	storetest.RunClock(t, func(t *testing.T, now func() time.Time) store.Store {
-		s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "airlock.db"), sqlstore.WithClock(now))
-		return storetest.Opened(t, s, err)
-	})
-}
-
-func TestNotify(t *testing.T) {
-	storetest.RunNotify(t, func(t *testing.T) (store.Store, store.Store) {
-		path := filepath.Join(t.TempDir(), "airlock.db")
-		return open(t, path), open(t, path)
+	storetest.RunBackend(t, tempFile, func(t *testing.T, path string, now func() time.Time) store.Store {
+		return open(t, path, sqlstore.WithClock(now))
 	})
 }
 

@@ -38,6 +38,24 @@ func Opened[S interface{ Close() error }](t testing.TB, s S, err error) S {
 	return s
 }
 
+// RunBackend runs every suite on one backend, as subtests of t: Run's
+// conformance cases, then Clock (RunClock) and Notify (RunNotify, two
+// stores on one database). database returns the address of a new, empty
+// database for t; open opens a store on one (now: its clock, nil for
+// time.Now) and closes it when t ends.
+func RunBackend(t *testing.T, database func(t testing.TB) string, open func(t *testing.T, db string, now func() time.Time) store.Store) {
+	Run(t, func(t *testing.T) store.Store { return open(t, database(t), nil) })
+	t.Run("Clock", func(t *testing.T) {
+		RunClock(t, func(t *testing.T, now func() time.Time) store.Store { return open(t, database(t), now) })
+	})
+	t.Run("Notify", func(t *testing.T) {
+		RunNotify(t, func(t *testing.T) (store.Store, store.Store) {
+			db := database(t)
+			return open(t, db, nil), open(t, db, nil)
+		})
+	})
+}
+
 // Run runs the whole suite; each subtest gets its own store from open.
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	tests := []struct {
