@@ -11,10 +11,11 @@
 // lifecycle (suspending, waking) and idle auto-suspend (lifecycle requests
 // themselves are written by service.StartLifecycle).
 //
-// The worker API handler applies what workers observe (running, paused,
-// suspended, deleted, failed, data-plane activity) with the same
-// transitions, long-polls assignments for them and takes their wake
-// requests.
+// As the worker API's workerapi.Server (served by workerapi.NewHandler,
+// which owns HTTP, auth and decoding), the controller applies what workers
+// observe (running, paused, suspended, deleted, failed, data-plane
+// activity) with the same transitions, long-polls assignments for them and
+// takes their wake requests.
 package controller
 
 import (

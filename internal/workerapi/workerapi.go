@@ -23,6 +23,13 @@
 //
 // The server calls a worker's data plane (WorkerInfo.DataPlaneURL) only with
 // data-plane tokens it signs itself (internal/token), e.g. to list commands.
+//
+// Both ends live here: Client is the worker's side, NewHandler serves the
+// server's over a Server (internal/controller implements it; workerapitest
+// is an in-memory one for worker tests), and routes.go names the worker
+// API's and the data plane's routes and headers. Errors are model
+// sentinels on both ends and cross as internal/httperr answers, so a
+// Server's model.ErrConflict is the Client's model.ErrConflict.
 package workerapi
 
 import (
