@@ -13,7 +13,13 @@
 //
 // A Store holds a writer and a reader *sql.DB (the same one on
 // PostgreSQL; SQLite writes through one connection and reads through a
-// pool). Every write of more than one statement runs in one transaction.
+// pool). Every write of more than one statement runs in one transaction;
+// InTx gives callers theirs (nested: savepoints; retried whole after a
+// serialization failure). The methods are those of conn, which runs them
+// on the store's connections or inside one transaction alike. A Notifier,
+// when the backend gives one, tells the other stores on the database of
+// event appends (store.Notifier), and the store dates what it stamps by
+// Config.Now.
 package sqlstore
 
 import (
