@@ -56,3 +56,18 @@ func TestConcurrentOpen(t *testing.T) {
 		stores[i].Close()
 	}
 }
+
+// TestRebind: placeholders are numbered in order; a ? inside a quoted
+// literal is left alone.
+func TestRebind(t *testing.T) {
+	for in, want := range map[string]string{
+		"SELECT 1":                  "SELECT 1",
+		"a = ? AND b IN (?, ?)":     "a = $1 AND b IN ($2, $3)",
+		"m.type = 'te?t' AND x = ?": "m.type = 'te?t' AND x = $1",
+		"x = '' AND y = ? OR z = ?": "x = '' AND y = $1 OR z = $2",
+	} {
+		if got := (postgres.Dialect{}).Rebind(in); got != want {
+			t.Errorf("Rebind(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
