@@ -561,8 +561,9 @@ func (w *Worker) requestWake(sb *sandbox, call *wakeCall) {
 		switch kind {
 		case model.ErrNotFound, model.ErrUnauthorized, model.ErrForbidden, model.ErrInvalid:
 		default:
-			// Any other refusal (a quota, the server failing) fails the
-			// data-plane request as unavailable: retry later.
+			// Any other answer (the server failing, or a kind the worker
+			// API never gave a wake before httperr) fails the data-plane
+			// request as unavailable, as it always did: retry later.
 			kind = model.ErrUnavailable
 		}
 		err = model.Errorf(kind, "wake sandbox %s: %s", sb.id, se.Message)
