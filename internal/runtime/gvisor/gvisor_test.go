@@ -20,8 +20,14 @@ import (
 )
 
 // cacheDir holds runsc and the template between test runs (shared with the
-// setup package's tests, so the Debian layer is built once per machine).
-const cacheDir = "/var/tmp/airlock-test-cache"
+// setup package's tests, so the Debian layer is built once per machine;
+// AIRLOCK_TEST_CACHE names another, as for internal/e2e).
+var cacheDir = func() string {
+	if d := os.Getenv("AIRLOCK_TEST_CACHE"); d != "" {
+		return d
+	}
+	return "/var/tmp/airlock-test-cache"
+}()
 
 // requireRoot skips unless the test runs as root (runsc run needs it).
 func requireRoot(t testing.TB) {

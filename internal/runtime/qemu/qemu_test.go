@@ -26,8 +26,14 @@ import (
 )
 
 // cacheDir is shared with the setup and gvisor tests: the kernel, the base
-// template and its ext4 image are built once per machine.
-const cacheDir = "/var/tmp/airlock-test-cache"
+// template and its ext4 image are built once per machine (AIRLOCK_TEST_CACHE
+// names another, as for internal/e2e).
+var cacheDir = func() string {
+	if d := os.Getenv("AIRLOCK_TEST_CACHE"); d != "" {
+		return d
+	}
+	return "/var/tmp/airlock-test-cache"
+}()
 
 type tLog struct{ t testing.TB }
 
