@@ -299,6 +299,12 @@ func (c *Controller) boundObserved(wid string, o workerapi.Observed) workerapi.O
 		c.log.Warn("controller: observed reason too long; truncated", "worker", wid, "sandbox", o.SandboxID, "bytes", len(o.Reason), "limit", workerapi.MaxReason)
 		o.Reason = workerapi.TruncateReason(o.Reason)
 	}
+	if o.Action != nil && len(o.Action.Message) > workerapi.MaxReason {
+		c.log.Warn("controller: observed action message too long; truncated", "worker", wid, "sandbox", o.SandboxID, "bytes", len(o.Action.Message), "limit", workerapi.MaxReason)
+		a := *o.Action
+		a.Message = workerapi.TruncateReason(a.Message)
+		o.Action = &a
+	}
 	if o.Task != nil && len(o.Task.Error) > workerapi.MaxReason {
 		c.log.Warn("controller: observed task error too long; truncated", "worker", wid, "sandbox", o.SandboxID, "bytes", len(o.Task.Error), "limit", workerapi.MaxReason)
 		t := *o.Task
@@ -431,7 +437,8 @@ func decideObserved(sb model.Sandbox, open []model.Operation, wid string, o work
 
 	case (o.State == model.StateRunning || o.State == model.StatePaused) && sb.State == model.StateSuspending:
 		if sb.DesiredState == model.StateSuspended {
-			if o.Reason == "" {
+			reason, failed := actionFailed(o, model.OpSuspend)
+			if !failed {
 				return action{} // not started yet
 			}
 			// The suspend failed; the worker kept the runtime: never half
@@ -440,10 +447,6 @@ func decideObserved(sb model.Sandbox, open []model.Operation, wid string, o work
 			nsb.State = o.State
 			nsb.DesiredState = o.State
 			nsb.LastActivityAt = now
-			reason := o.Reason
-			if !strings.HasPrefix(reason, "suspend failed") {
-				reason = "suspend failed: " + reason
-			}
 			return withOp(action{why: "worker reports suspend failed"}, reaches(model.StateSuspended), model.OpFailed, reason)
 		}
 		// The suspend was given up (deadline); the worker kept or returned
@@ -452,15 +455,12 @@ func decideObserved(sb model.Sandbox, open []model.Operation, wid string, o work
 		nsb.LastActivityAt = now
 		return action{sb: &nsb, why: "worker reports " + string(o.State) + " after an abandoned suspend"}
 
-	case o.State == model.StateSuspended && sb.State == model.StateWaking && o.Reason != "":
+	case o.State == model.StateSuspended && sb.State == model.StateWaking && wakeFailed(o):
 		// The restore failed but the snapshot is intact: back to suspended,
 		// still wakeable.
 		nsb.State = model.StateSuspended
 		nsb.DesiredState = model.StateSuspended
-		reason := o.Reason
-		if !strings.HasPrefix(reason, "wake failed") {
-			reason = "wake failed: " + reason
-		}
+		reason, _ := actionFailed(o, model.OpWake)
 		return withOp(action{why: "worker reports wake failed"}, reaches(model.StateRunning), model.OpFailed, reason)
 
 	case o.State == model.StateDeleted && sb.State == model.StateDeleting:
@@ -493,6 +493,33 @@ func decideObserved(sb model.Sandbox, open []model.Operation, wid string, o work
 		return withOp(action{why: "sandbox disappeared"}, anyOp, model.OpFailed, reason)
 	}
 	return action{}
+}
+
+// actionFailed reports whether o says the worker's action kind (a suspend
+// or a wake) failed, and the reason to record. A typed result
+// (workerapi.ActionResult) decides; an observation without one, from a
+// worker before typed results, is read by its reason as it always was: a
+// non-empty reason is the failure.
+func actionFailed(o workerapi.Observed, kind model.OperationKind) (string, bool) {
+	prefix := string(kind) + " failed"
+	switch {
+	case o.Action.Failed(kind):
+		if o.Reason != "" {
+			return o.Reason, true
+		}
+		return prefix + ": " + o.Action.Message, true
+	case o.Action == nil && o.Reason != "":
+		if !strings.HasPrefix(o.Reason, prefix) {
+			return prefix + ": " + o.Reason, true
+		}
+		return o.Reason, true
+	}
+	return "", false
+}
+
+func wakeFailed(o workerapi.Observed) bool {
+	_, failed := actionFailed(o, model.OpWake)
+	return failed
 }
 
 // taskDone applies the outcome of sb's task (a checkpoint or a rollback)

@@ -3,8 +3,13 @@ package httperr_test
 import (
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	gotoken "go/token"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/airlock/airlock/internal/api/apitypes"
@@ -129,5 +134,37 @@ func TestPublicCodesAreTheAPIs(t *testing.T) {
 	}
 	if httperr.CodeInternal != apitypes.CodeInternal {
 		t.Errorf("internal code %q, apitypes %q", httperr.CodeInternal, apitypes.CodeInternal)
+	}
+}
+
+// TestSentinelListIsComplete: the list the round-trip tests use names
+// every exported Err* of package model, so a new sentinel cannot miss a
+// row.
+func TestSentinelListIsComplete(t *testing.T) {
+	fset := gotoken.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, "../model", func(fi fs.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var declared []string
+	for _, p := range pkgs {
+		for _, f := range p.Files {
+			for _, d := range f.Decls {
+				g, ok := d.(*ast.GenDecl)
+				if !ok || g.Tok != gotoken.VAR {
+					continue
+				}
+				for _, sp := range g.Specs {
+					for _, n := range sp.(*ast.ValueSpec).Names {
+						if strings.HasPrefix(n.Name, "Err") {
+							declared = append(declared, n.Name)
+						}
+					}
+				}
+			}
+		}
+	}
+	if len(declared) != len(sentinels) {
+		t.Fatalf("package model declares %d sentinels %v; the test list has %d", len(declared), declared, len(sentinels))
 	}
 }

@@ -75,7 +75,8 @@ func (w *Worker) startSuspend(ctx context.Context, sb *sandbox) {
 	snap, ok := w.cfg.Driver.(runtime.Snapshotter)
 	if !ok || w.cfg.Snapshots == nil {
 		w.log.Warn("worker cannot suspend sandboxes", "sandbox", sb.id, "runtime", w.cfg.Driver.Name(), "store", w.cfg.Snapshots != nil)
-		sb.reason = "suspend failed: worker " + w.cfg.ID + " cannot snapshot sandboxes"
+		sb.actionFailed(model.OpSuspend, "suspend failed: worker "+w.cfg.ID+" cannot snapshot sandboxes",
+			model.Errorf(model.ErrUnprocessable, "worker %s cannot snapshot sandboxes", w.cfg.ID))
 		sb.suspendRetryAt = time.Now().Add(SuspendRetryDelay)
 		w.retryAfter(SuspendRetryDelay)
 		w.changed()
@@ -214,9 +215,11 @@ func (w *Worker) suspendFailed(ctx context.Context, sb *sandbox, err error) {
 	case !alive:
 		sb.state, sb.reason = model.StateFailed, "suspend failed and the sandbox was lost: "+err.Error()
 	case st == runtime.StatusPaused:
-		sb.state, sb.reason = model.StatePaused, "suspend failed: "+err.Error()
+		sb.state = model.StatePaused
+		sb.actionFailed(model.OpSuspend, "suspend failed: "+err.Error(), err)
 	default:
-		sb.state, sb.reason = model.StateRunning, "suspend failed: "+err.Error()
+		sb.state = model.StateRunning
+		sb.actionFailed(model.OpSuspend, "suspend failed: "+err.Error(), err)
 	}
 	sb.suspendRetryAt = time.Now().Add(SuspendRetryDelay)
 	w.retryAfter(SuspendRetryDelay)
@@ -313,7 +316,8 @@ func (w *Worker) wake(ctx context.Context, sb *sandbox, s model.Sandbox, snapID 
 		sb.state, sb.reason = model.StateFailed, "wake failed: "+err.Error()
 	case err != nil:
 		w.log.Warn("wake failed; still suspended", "sandbox", sb.id, "snapshot", snapID, "err", err)
-		sb.state, sb.reason = model.StateSuspended, "wake failed: "+err.Error()
+		sb.state = model.StateSuspended
+		sb.actionFailed(model.OpWake, "wake failed: "+err.Error(), err)
 		sb.wakeRetryAt = time.Now().Add(WakeRetryDelay)
 		w.retryAfter(WakeRetryDelay)
 	default:
@@ -557,8 +561,9 @@ func (w *Worker) requestWake(sb *sandbox, call *wakeCall) {
 		switch kind {
 		case model.ErrNotFound, model.ErrUnauthorized, model.ErrForbidden, model.ErrInvalid:
 		default:
-			// Any other refusal (a quota, the server failing) fails the
-			// data-plane request as unavailable: retry later.
+			// Any other answer (the server failing, or a kind the worker
+			// API never gave a wake before httperr) fails the data-plane
+			// request as unavailable, as it always did: retry later.
 			kind = model.ErrUnavailable
 		}
 		err = model.Errorf(kind, "wake sandbox %s: %s", sb.id, se.Message)

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/airlock/airlock/internal/agentclient"
+	"github.com/airlock/airlock/internal/httperr"
 	"github.com/airlock/airlock/internal/httplimit"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/runtime"
@@ -143,6 +144,19 @@ type sandbox struct {
 	taskResult *workerapi.TaskResult
 	// startedFrom: how start started it (model.Started*).
 	startedFrom string
+	// action is the typed outcome of the last failed suspend or wake,
+	// reported while reason is still actionReason (any later change of
+	// reason retires it).
+	action       *workerapi.ActionResult
+	actionReason string
+}
+
+// actionFailed records that sb's action kind failed with err: reason for
+// people, a typed result for the server (workerapi.ActionResult).
+func (sb *sandbox) actionFailed(kind model.OperationKind, reason string, err error) {
+	_, code := httperr.Status(err)
+	sb.reason, sb.actionReason = reason, reason
+	sb.action = &workerapi.ActionResult{Kind: kind, ErrorCode: code, Message: workerapi.TruncateReason(err.Error())}
 }
 
 // Worker runs sandboxes for one server.
@@ -579,6 +593,9 @@ func (w *Worker) observed() (workerapi.SyncRequest, []string) {
 			o.SnapshotID, o.SnapshotBytes = sb.snapshotID, sb.snapshotBytes
 		}
 		o.Task, o.StartedFrom = sb.taskResult, sb.startedFrom
+		if sb.action != nil && sb.reason == sb.actionReason {
+			o.Action = sb.action
+		}
 		if o.Task != nil && len(o.Task.Error) > workerapi.MaxReason {
 			t := *o.Task
 			t.Error = workerapi.TruncateReason(t.Error)

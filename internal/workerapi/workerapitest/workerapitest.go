@@ -165,7 +165,10 @@ func sameObserved(a, b workerapi.Observed) bool {
 	if (a.Task == nil) != (b.Task == nil) || a.Task != nil && *a.Task != *b.Task {
 		return false
 	}
-	a.Task, b.Task = nil, nil
+	if (a.Action == nil) != (b.Action == nil) || a.Action != nil && *a.Action != *b.Action {
+		return false
+	}
+	a.Task, b.Task, a.Action, b.Action = nil, nil, nil, nil
 	return a == b
 }
 
