@@ -4,8 +4,8 @@
 // runtimetest.Run with Options.Simulated like gvisor and qemu pass it for
 // real.
 //
-// A sandbox is a goroutine-free record in the driver: its guest is an
-// overlay filesystem (the template's RootFS, read only through os.Root,
+// A sandbox is a record in the driver's memory (its programs run as
+// goroutines): its guest is an overlay filesystem (the template's RootFS, read only through os.Root,
 // under an in-memory writable layer; /proc/meminfo tells the sandbox's
 // memory), a hostname and a process table. AgentConn returns one end of a
 // net.Pipe whose other end is served, in process, by an HTTP/2 (h2c)
