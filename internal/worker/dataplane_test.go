@@ -20,6 +20,7 @@ import (
 	"github.com/airlock/airlock/internal/agentapi"
 	"github.com/airlock/airlock/internal/client"
 	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/testenv"
 	"github.com/airlock/airlock/internal/token"
 )
 
@@ -35,9 +36,7 @@ const hostSandbox = "sbx-host-0001"
 
 func newHostEnv(t testing.TB) *hostEnv {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the host agent runs commands as root via setuid")
-	}
+	testenv.RequireRoot(t, "the host agent runs commands as root via setuid")
 	drv := &hostDriver{agentBin: buildAgent(t), dir: t.TempDir(), boxes: map[string]*hostBox{}}
 	t.Cleanup(drv.killAll)
 	srv := newFakeServer(t)
@@ -402,9 +401,7 @@ func nextExit(t testing.TB, s *client.CommandSession) agentapi.Exit {
 // start, failure without a template, delete, and deletion of what is not
 // assigned.
 func TestWorkerLifecycleHost(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
+	testenv.RequireRoot(t, "the host agent runs commands as root via setuid")
 	ctx := testContext(t)
 	drv := &hostDriver{agentBin: buildAgent(t), dir: t.TempDir(), boxes: map[string]*hostBox{}}
 	t.Cleanup(drv.killAll)

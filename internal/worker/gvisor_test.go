@@ -25,6 +25,7 @@ import (
 	"github.com/airlock/airlock/internal/runtime/gvisor"
 	"github.com/airlock/airlock/internal/setup"
 	"github.com/airlock/airlock/internal/snapshot"
+	"github.com/airlock/airlock/internal/testenv"
 	"github.com/airlock/airlock/internal/token"
 )
 
@@ -36,9 +37,7 @@ const testCacheDir = "/var/tmp/airlock-test-cache"
 // the machine's prebuilt one; it skips when there is none.
 func requireRunsc(t testing.TB) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for runsc")
-	}
+	testenv.RequireRunsc(t)
 	for _, p := range []string{os.Getenv(setup.RunscEnv), filepath.Join(testCacheDir, "bin", "runsc"), "/tmp/prep/bin/runsc"} {
 		if p == "" {
 			continue

@@ -18,6 +18,7 @@ import (
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/runtime"
 	"github.com/airlock/airlock/internal/snapshot"
+	"github.com/airlock/airlock/internal/testenv"
 	"github.com/airlock/airlock/internal/token"
 	"github.com/airlock/airlock/internal/workerapi"
 	"github.com/airlock/airlock/internal/workerapi/workerapitest"
@@ -243,6 +244,7 @@ var (
 // buildAgent builds cmd/airlock-agent once per test binary.
 func buildAgent(t testing.TB) string {
 	t.Helper()
+	testenv.RequireGoBuild(t, "airlock-agent")
 	agentOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "airlock-agent-bin")
 		if err != nil {
