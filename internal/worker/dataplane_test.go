@@ -22,6 +22,7 @@ import (
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/testenv"
 	"github.com/airlock/airlock/internal/token"
+	"github.com/airlock/airlock/internal/workerapi"
 )
 
 // hostEnv is a worker with one running sandbox backed by a host agent.
@@ -474,10 +475,37 @@ func TestWorkerLifecycleHost(t *testing.T) {
 	if err := drv.Delete(ctx, "sbx-life-0006"); err != nil {
 		t.Fatal(err)
 	}
-	startWorker(t, srv, drv, rootfs)
+	tw3 := startWorker(t, srv, drv, rootfs)
 	srv.waitObserved(ctx, "sbx-life-0006", model.StateDeleted)
 	if ids, _ := drv.List(ctx); slices.Contains(ids, "sbx-life-0006") {
 		t.Error("a lost sandbox was started again")
+	}
+
+	// A create the worker died in: the runtime holds a half-made sandbox
+	// that cannot be adopted, and the server never saw it run (still
+	// starting). It is created again, not failed: nothing in it was lost.
+	srv.assign("sbx-life-0007", "sha256:test", model.StateRunning)
+	srv.waitObserved(ctx, "sbx-life-0007", model.StateRunning)
+	tw3.stop(t)
+	drv.mu.Lock()
+	_ = drv.boxes["sbx-life-0007"].cmd.Process.Kill()
+	drv.mu.Unlock()
+	srv.mu.Lock()
+	a := srv.assignments["sbx-life-0007"]
+	a.Sandbox.State = model.StateStarting
+	srv.assignments["sbx-life-0007"] = a
+	srv.history["sbx-life-0007"] = nil
+	srv.version++
+	srv.mu.Unlock()
+	startWorker(t, srv, drv, rootfs)
+	var h []model.SandboxState
+	srv.waitFor(ctx, "sbx-life-0007", func(_ workerapi.Observed, hist []model.SandboxState) bool {
+		h = hist
+		return slices.Contains(hist, model.StateFailed) || slices.Contains(hist, model.StateRunning)
+	})
+	t.Logf("states of the interrupted create after the restart: %v", h)
+	if slices.Contains(h, model.StateFailed) {
+		t.Errorf("a create interrupted by a worker restart was failed on the way (states %v)", h)
 	}
 
 	// Deleted while (or right after) starting: ends deleted, nothing left.

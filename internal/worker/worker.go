@@ -172,6 +172,11 @@ type Worker struct {
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
+	// unadopted holds, per sandbox id, why a runtime sandbox found at
+	// start-up could not be adopted (its runtime is released). discover
+	// decides with the sandbox's assignment: one still being created is
+	// created again, any other is reported failed with this reason.
+	unadopted map[string]string
 	synced    bool // a Sync succeeded: assignments are authoritative
 	// orphanCheckAt is when dropOrphanSnapshots looks again.
 	orphanCheckAt time.Time
@@ -203,6 +208,7 @@ func New(cfg Config) (*Worker, error) {
 		log:       cfg.Logger,
 		http:      cfg.HTTPClient,
 		sandboxes: make(map[string]*sandbox),
+		unadopted: make(map[string]string),
 		kick:      make(chan struct{}, 1),
 		stateCh:   make(chan struct{}),
 		workerID:  cfg.ID,
@@ -400,7 +406,10 @@ func (w *Worker) adoptOrDelete(ctx context.Context, id string) {
 			if derr := w.cfg.Driver.Delete(context.WithoutCancel(ctx), id); derr != nil {
 				w.log.Error("delete unadoptable sandbox", "sandbox", id, "err", derr)
 			}
-			sb.state, sb.reason = model.StateFailed, "sandbox could not be adopted after a worker restart ("+err.Error()+") and has no committed snapshot"
+			w.mu.Lock()
+			w.unadopted[id] = "sandbox could not be adopted after a worker restart (" + err.Error() + ") and has no committed snapshot"
+			w.mu.Unlock()
+			return
 		} else {
 			w.log.Info("adopted sandbox", "sandbox", id, "paused", paused)
 			sb.state, sb.handle, sb.agent = model.StateRunning, h, ac
@@ -695,6 +704,11 @@ func (w *Worker) reconcile(ctx context.Context, as []workerapi.Assignment) {
 		}
 		w.startDelete(ctx, sb)
 	}
+	for id := range w.unadopted {
+		if !assigned[id] {
+			delete(w.unadopted, id) // its runtime is released; nobody wants it
+		}
+	}
 	w.dropOrphanSnapshots(assigned, now)
 }
 
@@ -704,6 +718,19 @@ func (w *Worker) reconcile(ctx context.Context, as []workerapi.Assignment) {
 // store, maybe from before a worker restart), or it is gone. w.mu is held.
 func (w *Worker) discover(ctx context.Context, a workerapi.Assignment) *sandbox {
 	id := a.Sandbox.ID
+	if why, ok := w.unadopted[id]; ok {
+		delete(w.unadopted, id)
+		// A create the worker died in has nothing to lose: its runtime
+		// half-made is released, so it is created again. A sandbox that
+		// ran is failed: what it held is gone.
+		if !neverRan(a.Sandbox.State) || a.Desired != model.StateRunning || a.Sandbox.SnapshotID != "" {
+			sb := &sandbox{id: id, state: model.StateFailed, reason: why}
+			w.sandboxes[id] = sb
+			w.changed()
+			return sb
+		}
+		w.log.Info("sandbox was being created when the worker stopped; creating it again", "sandbox", id)
+	}
 	var snap *snapshot.Manifest
 	if a.Sandbox.SnapshotID != "" || a.Desired != model.StateRunning || !neverRan(a.Sandbox.State) {
 		if m, ok := w.latestSuspend(id); ok {
