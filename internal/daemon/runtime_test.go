@@ -20,6 +20,7 @@ import (
 	"github.com/airlock/airlock/internal/runtime/qemu"
 	"github.com/airlock/airlock/internal/runtime/runtimetest"
 	"github.com/airlock/airlock/internal/setup"
+	"github.com/airlock/airlock/internal/testenv"
 )
 
 // testCacheDir holds runsc and the base template between test runs (shared
@@ -34,15 +35,11 @@ var testCacheDir = func() string {
 
 // dynamicAgent builds airlock-agent the way a plain `go build ./cmd/...`
 // does (cgo on: linked against the C library); it skips without go or a C
-// compiler.
+// compiler, and under -short (a cold cgo build takes a minute).
 func dynamicAgent(t *testing.T) string {
 	t.Helper()
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("SKIP: needs the go command to build airlock-agent")
-	}
-	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skip("SKIP: needs gcc for a cgo (dynamically linked) build of airlock-agent")
-	}
+	testenv.RequireGoBuild(t, "a cgo (dynamically linked) airlock-agent")
+	testenv.RequireTool(t, "gcc", "for a cgo (dynamically linked) build of airlock-agent")
 	out := filepath.Join(t.TempDir(), "airlock-agent")
 	cmd := exec.Command("go", "build", "-o", out, "github.com/airlock/airlock/cmd/airlock-agent")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
@@ -91,9 +88,7 @@ func TestStaticAgentRefusesDynamic(t *testing.T) {
 // and no source tree at hand: it refuses to start, saying how to build a
 // static agent, before any runtime set-up.
 func TestUpRefusesDynamicAgent(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("SKIP: airlock up needs root (its worker checks before the agent)")
-	}
+	testenv.RequireRoot(t, "airlock up: its worker checks for root before the agent")
 	agent := dynamicAgent(t)
 	t.Setenv("AIRLOCK_AGENT", agent)
 	t.Chdir(t.TempDir())
@@ -140,9 +135,7 @@ func TestStaticAgentRebuildsDynamic(t *testing.T) {
 // start must fail at once with the reason. Likewise while a qemu set-up is
 // still running.
 func TestBrokenQEMUDoesNotBlockGVisor(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("SKIP: the gvisor driver needs root (runsc run, cgroups, mounts)")
-	}
+	testenv.RequireRunsc(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	broken := dynamicAgent(t)

@@ -20,6 +20,7 @@ import (
 	"github.com/airlock/airlock/internal/agentapi"
 	"github.com/airlock/airlock/internal/client"
 	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/testenv"
 )
 
 // stack is one running Airlock: a server process and a worker process.
@@ -44,8 +45,8 @@ var (
 
 func TestMain(m *testing.M) {
 	code := func() int {
-		if os.Geteuid() != 0 {
-			skipWhy = "end-to-end tests need root (runsc, cgroups); run them with sudo"
+		if why := testenv.RootReason("end-to-end tests run a server and a worker over runsc and cgroups"); why != "" {
+			skipWhy = why
 			return m.Run()
 		}
 		s, err := startStack()
@@ -63,7 +64,7 @@ func TestMain(m *testing.M) {
 func need(t *testing.T) *stack {
 	t.Helper()
 	if skipWhy != "" {
-		t.Skip("SKIP: " + skipWhy)
+		t.Skip(skipWhy)
 	}
 	return st
 }

@@ -4,6 +4,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/airlock/airlock/internal/testenv"
 )
 
 // TestDepsNoGuestAgent keeps the host driver off the guest agent: the VM
@@ -12,10 +14,7 @@ import (
 // (and its process, file and envd code) has no business in the worker's
 // driver.
 func TestDepsNoGuestAgent(t *testing.T) {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("SKIP: needs the go tool in PATH")
-	}
+	goBin := testenv.RequireTool(t, "go", "to list dependencies")
 	out, err := exec.Command(goBin, "list", "-deps", "-f", "{{.ImportPath}}", ".").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list -deps: %v\n%s", err, out)

@@ -23,6 +23,7 @@ import (
 	"github.com/airlock/airlock/internal/runtime/qemu"
 	"github.com/airlock/airlock/internal/runtime/runtimetest"
 	"github.com/airlock/airlock/internal/setup"
+	"github.com/airlock/airlock/internal/testenv"
 )
 
 // cacheDir is shared with the setup and gvisor tests: the kernel, the base
@@ -60,12 +61,8 @@ var (
 // per test binary, and returns a driver with a run dir private to the test.
 func fixture(t testing.TB, accel string) fix {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("SKIP: the qemu driver needs root (netns, apt-get)")
-	}
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("SKIP: needs the go command to build airlock-agent")
-	}
+	testenv.RequireQEMU(t)
+	testenv.RequireGoBuild(t, "airlock-agent")
 	fixOnce.Do(func() {
 		ctx := context.Background()
 		dir, err := os.MkdirTemp("", "qemu-agent-")
