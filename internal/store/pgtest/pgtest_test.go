@@ -7,8 +7,6 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/airlock/airlock/internal/testenv"
 )
 
 func TestDBName(t *testing.T) {
@@ -51,7 +49,6 @@ func dbExists(t *testing.T, serverURL, name string) bool {
 // an existing server named by EnvURL; each URL is a fresh database that is
 // dropped when its test ends.
 func TestURL(t *testing.T) {
-	testenv.Short(t, "starts a private PostgreSQL server (initdb)")
 	if _, err := binDir(); err != nil {
 		t.Skipf("SKIPPING: %v", err)
 	}
