@@ -627,7 +627,7 @@ func TestRegisterSigningKeyAndTemplates(t *testing.T) {
 	if r1.WorkerID != "w1" || r1.SigningKey == "" || r1.SigningKey == r2.SigningKey {
 		t.Fatalf("register responses %+v %+v: want two different non-empty keys", r1, r2)
 	}
-	key, err := SigningKey(e.ctx, e.st)
+	key, err := token.SigningKey(e.ctx, e.st)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -209,8 +209,8 @@ func priorState(ops []model.Operation) model.SandboxState {
 //  4. an open operation whose target state is reached succeeds; a failed
 //     sandbox fails its operations; a sandbox being deleted cancels the
 //     others;
-//  5. pending and desired running → placed (starting) or a Reason saying
-//     why not;
+//  5. pending and desired running → placed (starting) by Config.Placer, or
+//     a Reason saying why not;
 //  6. lifecycle: running|paused and desired suspended → suspending;
 //     suspended and desired running → waking; an open lifecycle operation
 //     that the assignment now drives → running;
@@ -328,7 +328,7 @@ func (c *Controller) decide(r *round, sb model.Sandbox, open []model.Operation, 
 				workers = []model.Worker{w}
 			}
 		}
-		wid, err := scheduler.Pick(workers, r.load, scheduler.RequestFor(sb), now, c.cfg.HeartbeatTTL)
+		wid, err := c.cfg.Placer.Place(scheduler.Cluster{Workers: workers, Load: r.load, Now: now}, scheduler.RequestFor(sb))
 		if err != nil && sb.Source != nil {
 			err = fmt.Errorf("waiting for worker %s, which holds the snapshot it starts from: %w", sb.Source.WorkerID, err)
 		}

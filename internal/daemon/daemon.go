@@ -380,6 +380,7 @@ func newServer(ctx context.Context, st store.Store, workerToken string, deadline
 	})
 	svc := &service.Service{
 		Store: st, Events: ev, Kick: ctrl.Kick, SigningKey: ctrl.CurrentSigningKey, Ready: ctrl.Ready,
+		Placer: ctrl.Placer(), // imports place as the controller does
 		Logger: log.With("component", "api"), OperationDeadline: deadline, Now: now,
 	}
 	srv := &server{svc: svc, ctrl: ctrl, log: log}

@@ -2,6 +2,14 @@
 // caller passes the workers, their current load and the request, and gets a
 // worker ID or an error that says why no worker fits. It does no I/O, so the
 // controller can call it inside a reconcile and tests can table it.
+//
+// Placement is a seam: the controller (and the service's import, through
+// the same instance) places through a Placer held in controller.Config;
+// Default (Pick over the workers with a fresh heartbeat) is the built-in
+// one. Another placer (a Kubernetes one, say, in a package of its own)
+// implements Placer and is set there. DefaultHeartbeatTTL is the one
+// heartbeat window of the server: placement, readiness (Ready) and the
+// worker API all count a worker live by it unless configured otherwise.
 package scheduler
 
 import (
@@ -13,6 +21,73 @@ import (
 
 	"github.com/airlock/airlock/internal/model"
 )
+
+// DefaultHeartbeatTTL is how old a worker's last heartbeat may be for it to
+// count as live: to take sandboxes and to make the server ready
+// (controller.Config.HeartbeatTTL defaults to it; the worker API refreshes
+// a long-polling worker's heartbeat every third of it).
+const DefaultHeartbeatTTL = 15 * time.Second
+
+// Cluster is what a placement sees: the candidate workers, what their
+// sandboxes already reserve (LoadOf) and the time.
+type Cluster struct {
+	Workers []model.Worker
+	Load    map[string]Load
+	Now     time.Time
+}
+
+// Placer decides which worker runs a sandbox. Place returns the ID of one
+// of c.Workers, or an error wrapping model.ErrUnavailable that says why
+// none fits (it becomes the pending sandbox's reason). It must not block:
+// the controller calls it while it decides a reconcile step, so a placer
+// that consults another system (a Kubernetes scheduler's view of its nodes)
+// decides from a cache it keeps current on its own. The caller has already
+// narrowed c.Workers to where the sandbox may go (a fork or an import: the
+// worker holding its snapshot).
+type Placer interface {
+	Place(c Cluster, req Request) (workerID string, err error)
+}
+
+// Default is the built-in placement: Pick among the workers whose last
+// heartbeat is within HeartbeatTTL (0: DefaultHeartbeatTTL).
+type Default struct {
+	HeartbeatTTL time.Duration
+}
+
+var _ Placer = Default{}
+
+// Place implements Placer with Pick.
+func (d Default) Place(c Cluster, req Request) (string, error) {
+	ttl := d.HeartbeatTTL
+	if ttl <= 0 {
+		ttl = DefaultHeartbeatTTL
+	}
+	return Pick(c.Workers, c.Load, req, c.Now, ttl)
+}
+
+// Ready returns nil when at least one of workers has sent a heartbeat
+// within ttl of now and has a template, so a sandbox can be placed;
+// otherwise an error wrapping model.ErrUnavailable that says what is
+// missing. Both the controller's readiness and the service's default use it.
+func Ready(workers []model.Worker, now time.Time, ttl time.Duration) error {
+	live := 0
+	for _, w := range workers {
+		if !Fresh(w, now, ttl) {
+			continue
+		}
+		live++
+		if len(w.Templates) > 0 {
+			return nil
+		}
+	}
+	if live == 0 {
+		if len(workers) == 0 {
+			return model.Errorf(model.ErrUnavailable, "no worker has registered")
+		}
+		return model.Errorf(model.ErrUnavailable, "no worker has sent a heartbeat in the last %s (%d registered)", ttl, len(workers))
+	}
+	return model.Errorf(model.ErrUnavailable, "no live worker has a template yet (%d live)", live)
+}
 
 // Load is what a worker's sandboxes already reserve.
 type Load struct {

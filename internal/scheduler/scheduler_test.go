@@ -135,3 +135,55 @@ func TestLoadOf(t *testing.T) {
 		}
 	}
 }
+
+// TestDefaultPlacer: Default places as Pick does, with its own heartbeat
+// window (0: DefaultHeartbeatTTL).
+func TestDefaultPlacer(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	req := Request{Runtime: "gvisor", TemplateDigest: "sha256:a", Resources: model.Resources{VCPUs: 1, MemoryMiB: 512}}
+	w := func(id string, age time.Duration, mem int) model.Worker {
+		return model.Worker{ID: id, LastHeartbeat: now.Add(-age), Runtimes: []model.RuntimeInfo{{Name: "gvisor", Caps: snapCaps}}, Templates: []string{"sha256:a"}, CapacityMiB: mem, CapacityVCPUs: 4}
+	}
+	// w2 is bigger but 20 s silent: live for a 30 s window, not for the default 15 s.
+	c := Cluster{Workers: []model.Worker{w("w1", time.Second, 2048), w("w2", 20*time.Second, 8192)}, Now: now}
+	for _, tt := range []struct {
+		ttl  time.Duration
+		want string
+	}{{0, "w1"}, {DefaultHeartbeatTTL, "w1"}, {30 * time.Second, "w2"}} {
+		got, err := Default{HeartbeatTTL: tt.ttl}.Place(c, req)
+		if err != nil || got != tt.want {
+			t.Errorf("Default{%s}.Place = %q, %v; want %q", tt.ttl, got, err, tt.want)
+		}
+	}
+	c.Load = map[string]Load{"w1": {MemoryMiB: 2048}}
+	if _, err := (Default{}).Place(c, req); !errors.Is(err, model.ErrUnavailable) || !strings.Contains(err.Error(), "no worker has capacity") {
+		t.Errorf("Place on a full worker = %v, want a capacity error", err)
+	}
+}
+
+func TestReady(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	ttl := 15 * time.Second
+	w := func(age time.Duration, templates ...string) model.Worker {
+		return model.Worker{ID: "w", LastHeartbeat: now.Add(-age), Templates: templates}
+	}
+	for _, tt := range []struct {
+		name    string
+		workers []model.Worker
+		wantErr string // empty: ready
+	}{
+		{"none", nil, "no worker has registered"},
+		{"silent", []model.Worker{w(time.Minute, "sha256:a")}, "no worker has sent a heartbeat in the last 15s (1 registered)"},
+		{"never", []model.Worker{{ID: "w", Templates: []string{"sha256:a"}}}, "no worker has sent a heartbeat"},
+		{"no template", []model.Worker{w(time.Second)}, "no live worker has a template yet (1 live)"},
+		{"ready", []model.Worker{w(time.Minute, "sha256:a"), w(ttl, "sha256:a")}, ""},
+	} {
+		err := Ready(tt.workers, now, ttl)
+		switch {
+		case tt.wantErr == "" && err != nil:
+			t.Errorf("%s: Ready = %v, want nil", tt.name, err)
+		case tt.wantErr != "" && (!errors.Is(err, model.ErrUnavailable) || err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+			t.Errorf("%s: Ready = %v, want ErrUnavailable with %q", tt.name, err, tt.wantErr)
+		}
+	}
+}

@@ -27,6 +27,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlock/airlock/internal/api/apitypes"
 	"github.com/airlock/airlock/internal/httperr"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/scheduler"
@@ -185,7 +186,7 @@ func (s *Service) RollbackSandbox(ctx context.Context, p Principal, id, checkpoi
 // checkpoint req.FromCheckpoint, on the worker that holds it. Each fork
 // has its own create operation of kind fork. A repeated idempotencyKey
 // returns the forks of the first call.
-func (s *Service) ForkSandboxes(ctx context.Context, p Principal, req CreateParams, idempotencyKey string) ([]Created, error) {
+func (s *Service) ForkSandboxes(ctx context.Context, p Principal, req apitypes.CreateSandboxRequest, idempotencyKey string) ([]apitypes.CreateSandboxResponse, error) {
 	ref := req.FromCheckpoint
 	if ref == nil {
 		return nil, model.Errorf(model.ErrUnprocessable, "from_checkpoint is required to fork")
@@ -200,8 +201,8 @@ func (s *Service) ForkSandboxes(ctx context.Context, p Principal, req CreatePara
 	if count == 0 {
 		count = 1
 	}
-	if count < 1 || count > MaxForks {
-		return nil, model.Errorf(model.ErrUnprocessable, "count is %d; it must be between 1 and %d", req.Count, MaxForks)
+	if count < 1 || count > apitypes.MaxForks {
+		return nil, model.Errorf(model.ErrUnprocessable, "count is %d; it must be between 1 and %d", req.Count, apitypes.MaxForks)
 	}
 	if len(idempotencyKey)+4 > MaxIdempotencyKey {
 		return nil, model.Errorf(model.ErrUnprocessable, "Idempotency-Key is longer than %d characters", MaxIdempotencyKey-4)
@@ -228,7 +229,7 @@ func (s *Service) ForkSandboxes(ctx context.Context, p Principal, req CreatePara
 	if err := s.admit(ctx, p.OrgID, base.Resources, count); err != nil {
 		return nil, err
 	}
-	out := make([]Created, 0, count)
+	out := make([]apitypes.CreateSandboxResponse, 0, count)
 	for i := range count {
 		sb := base
 		sb.ID = model.NewID("sb")
@@ -246,7 +247,7 @@ func (s *Service) ForkSandboxes(ctx context.Context, p Principal, req CreatePara
 		} else {
 			s.publish(ctx, &sb, &op)
 		}
-		out = append(out, Created{Sandbox: sb, Operation: op})
+		out = append(out, apitypes.CreateSandboxResponse{Sandbox: sb, Operation: op})
 	}
 	s.touch(ctx, src.ID)
 	s.kick()
@@ -256,7 +257,7 @@ func (s *Service) ForkSandboxes(ctx context.Context, p Principal, req CreatePara
 // newSandbox is a pending sandbox of p's org with the per-request settings
 // of req (env, metadata, timeout, idle, auto-wake); the caller sets the
 // template, runtime, resources and source.
-func (s *Service) newSandbox(ctx context.Context, p Principal, req CreateParams) (model.Sandbox, error) {
+func (s *Service) newSandbox(ctx context.Context, p Principal, req apitypes.CreateSandboxRequest) (model.Sandbox, error) {
 	if err := validateEnv("env", req.Env); err != nil {
 		return model.Sandbox{}, err
 	}
@@ -418,7 +419,7 @@ func workerError(resp *http.Response, wid, what string) error {
 // verifies every artifact) and records a pending sandbox that starts from
 // it, with the archive's checkpoint listed under its name. On failure
 // nothing is recorded and the worker drops what it received.
-func (s *Service) ImportSandbox(ctx context.Context, p Principal, req CreateParams, archive io.Reader, idempotencyKey string) (model.Sandbox, model.Operation, error) {
+func (s *Service) ImportSandbox(ctx context.Context, p Principal, req apitypes.CreateSandboxRequest, archive io.Reader, idempotencyKey string) (model.Sandbox, model.Operation, error) {
 	if err := s.requireSnapshots(ctx, p.OrgID); err != nil {
 		return model.Sandbox{}, model.Operation{}, err
 	}
@@ -482,7 +483,7 @@ func (s *Service) ImportSandbox(ctx context.Context, p Principal, req CreatePara
 	if err != nil {
 		return model.Sandbox{}, model.Operation{}, fmt.Errorf("list sandboxes: %w", err)
 	}
-	wid, err := scheduler.Pick(workers, scheduler.LoadOf(sbs), scheduler.RequestFor(sb), s.now(), WorkerHeartbeatTTL)
+	wid, err := s.placer().Place(scheduler.Cluster{Workers: workers, Load: scheduler.LoadOf(sbs), Now: s.now()}, scheduler.RequestFor(sb))
 	if err != nil {
 		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnavailable, "no worker can take the imported sandbox: %v", err)
 	}
