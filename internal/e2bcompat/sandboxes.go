@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/airlock/airlock/internal/api/apitypes"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/service"
 	"github.com/airlock/airlock/internal/token"
@@ -306,7 +305,7 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p service.Princi
 	if req.TemplateID != "" && req.TemplateID != ref {
 		md[metaAlias] = req.TemplateID
 	}
-	sb, op, err := s.svc.CreateSandbox(r.Context(), p, apitypes.CreateSandboxRequest{
+	sb, op, err := s.svc.CreateSandbox(r.Context(), p, service.CreateParams{
 		Template: ref, Env: req.EnvVars, Metadata: md, TimeoutS: timeout, PublicTraffic: public,
 	}, r.Header.Get("Idempotency-Key"))
 	if err != nil {
@@ -347,7 +346,7 @@ func (s *server) waitOp(ctx context.Context, p service.Principal, op model.Opera
 
 func (s *server) list(w http.ResponseWriter, r *http.Request, p service.Principal) error {
 	q := r.URL.Query()
-	f := apitypes.SandboxFilter{Cursor: q.Get("nextToken")}
+	f := service.ListParams{Cursor: q.Get("nextToken")}
 	states := []string{"running", "paused"}
 	if vs := q["state"]; len(vs) > 0 {
 		states = nil

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/airlock/airlock/internal/api/apitypes"
 	"github.com/airlock/airlock/internal/events"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/store"
@@ -397,7 +396,7 @@ func (s *Service) GetOrg(ctx context.Context, p Principal, id string) (model.Org
 // UpdateOrg changes an org's settings. Feature gates are set by operators
 // (admin keys of the default org); the idle setting by the org's admins
 // too.
-func (s *Service) UpdateOrg(ctx context.Context, p Principal, id string, req apitypes.UpdateOrgRequest) (model.Org, error) {
+func (s *Service) UpdateOrg(ctx context.Context, p Principal, id string, req OrgUpdate) (model.Org, error) {
 	if !p.Admin || (p.OrgID != id && !p.Operator()) {
 		return model.Org{}, model.Errorf(model.ErrForbidden, "changing org %s needs an admin key of that org", id)
 	}

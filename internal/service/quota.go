@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/airlock/airlock/internal/api/apitypes"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/store"
 )
@@ -75,12 +74,12 @@ func holdsCapacity(sb model.Sandbox) bool {
 }
 
 // OrgUsage sums what an org's sandboxes hold, in the units of its quotas.
-func (s *Service) OrgUsage(ctx context.Context, orgID string) (apitypes.OrgUsage, error) {
+func (s *Service) OrgUsage(ctx context.Context, orgID string) (Usage, error) {
 	sbs, err := store.ListAllSandboxes(ctx, s.Store, store.SandboxFilter{OrgID: orgID})
 	if err != nil {
-		return apitypes.OrgUsage{}, fmt.Errorf("usage of org %s: %w", orgID, err)
+		return Usage{}, fmt.Errorf("usage of org %s: %w", orgID, err)
 	}
-	var u apitypes.OrgUsage
+	var u Usage
 	for _, sb := range sbs {
 		if sb.State == model.StateDeleted || sb.DesiredState == model.StateDeleted || sb.Pool != "" {
 			continue
@@ -157,7 +156,7 @@ func (s *Service) admit(ctx context.Context, orgID string, res model.Resources, 
 }
 
 // patchQuotas applies the fields of pt to q.
-func patchQuotas(q model.Quotas, pt apitypes.QuotasPatch) (model.Quotas, error) {
+func patchQuotas(q model.Quotas, pt QuotasPatch) (model.Quotas, error) {
 	for _, f := range []struct {
 		name string
 		v    *int

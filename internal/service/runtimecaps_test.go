@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock/airlock/internal/api/apitypes"
 	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/service"
 	"github.com/airlock/airlock/internal/snapshot"
 )
 
@@ -25,7 +25,7 @@ func TestImportFollowsRuntimeInfo(t *testing.T) {
 		return checkpointArchive(t, goodMeta, func(m *snapshot.Manifest) { m.Runtime = rt }, exportKey)
 	}
 	imp := func(rt string) error {
-		_, _, err := s.ImportSandbox(ctx, operator, apitypes.CreateSandboxRequest{}, bytes.NewReader(archive(rt)), "")
+		_, _, err := s.ImportSandbox(ctx, operator, service.CreateParams{}, bytes.NewReader(archive(rt)), "")
 		return err
 	}
 	refused := func(err error) bool {

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/airlock/airlock/internal/api/apitypes"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/store"
 )
@@ -44,7 +43,7 @@ var errTemplateNotFound = fmt.Errorf("template not found: %w", model.ErrUnproces
 // running and the create operation that tracks it, and wakes the
 // controllers. A repeated idempotencyKey (per org) returns the sandbox and
 // operation of the first call and writes nothing.
-func (s *Service) CreateSandbox(ctx context.Context, p Principal, req apitypes.CreateSandboxRequest, idempotencyKey string) (model.Sandbox, model.Operation, error) {
+func (s *Service) CreateSandbox(ctx context.Context, p Principal, req CreateParams, idempotencyKey string) (model.Sandbox, model.Operation, error) {
 	if len(idempotencyKey) > MaxIdempotencyKey {
 		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "Idempotency-Key is longer than %d characters", MaxIdempotencyKey)
 	}
@@ -231,7 +230,7 @@ func (s *Service) GetSandbox(ctx context.Context, p Principal, id string) (model
 // ListSandboxes returns one page of the caller's sandboxes and the cursor of
 // the next page ("" on the last). Deleted sandboxes are listed only when
 // f.States asks for them.
-func (s *Service) ListSandboxes(ctx context.Context, p Principal, f apitypes.SandboxFilter) ([]model.Sandbox, string, error) {
+func (s *Service) ListSandboxes(ctx context.Context, p Principal, f ListParams) ([]model.Sandbox, string, error) {
 	if f.Limit < 0 || f.Limit > MaxListLimit {
 		return nil, "", model.Errorf(model.ErrUnprocessable, "limit is %d; it must be between 1 and %d", f.Limit, MaxListLimit)
 	}

@@ -27,7 +27,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/airlock/airlock/internal/api/apitypes"
 	"github.com/airlock/airlock/internal/httperr"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/scheduler"
@@ -186,7 +185,7 @@ func (s *Service) RollbackSandbox(ctx context.Context, p Principal, id, checkpoi
 // checkpoint req.FromCheckpoint, on the worker that holds it. Each fork
 // has its own create operation of kind fork. A repeated idempotencyKey
 // returns the forks of the first call.
-func (s *Service) ForkSandboxes(ctx context.Context, p Principal, req apitypes.CreateSandboxRequest, idempotencyKey string) ([]apitypes.CreateSandboxResponse, error) {
+func (s *Service) ForkSandboxes(ctx context.Context, p Principal, req CreateParams, idempotencyKey string) ([]Created, error) {
 	ref := req.FromCheckpoint
 	if ref == nil {
 		return nil, model.Errorf(model.ErrUnprocessable, "from_checkpoint is required to fork")
@@ -201,8 +200,8 @@ func (s *Service) ForkSandboxes(ctx context.Context, p Principal, req apitypes.C
 	if count == 0 {
 		count = 1
 	}
-	if count < 1 || count > apitypes.MaxForks {
-		return nil, model.Errorf(model.ErrUnprocessable, "count is %d; it must be between 1 and %d", req.Count, apitypes.MaxForks)
+	if count < 1 || count > MaxForks {
+		return nil, model.Errorf(model.ErrUnprocessable, "count is %d; it must be between 1 and %d", req.Count, MaxForks)
 	}
 	if len(idempotencyKey)+4 > MaxIdempotencyKey {
 		return nil, model.Errorf(model.ErrUnprocessable, "Idempotency-Key is longer than %d characters", MaxIdempotencyKey-4)
@@ -229,7 +228,7 @@ func (s *Service) ForkSandboxes(ctx context.Context, p Principal, req apitypes.C
 	if err := s.admit(ctx, p.OrgID, base.Resources, count); err != nil {
 		return nil, err
 	}
-	out := make([]apitypes.CreateSandboxResponse, 0, count)
+	out := make([]Created, 0, count)
 	for i := range count {
 		sb := base
 		sb.ID = model.NewID("sb")
@@ -247,7 +246,7 @@ func (s *Service) ForkSandboxes(ctx context.Context, p Principal, req apitypes.C
 		} else {
 			s.publish(ctx, &sb, &op)
 		}
-		out = append(out, apitypes.CreateSandboxResponse{Sandbox: sb, Operation: op})
+		out = append(out, Created{Sandbox: sb, Operation: op})
 	}
 	s.touch(ctx, src.ID)
 	s.kick()
@@ -257,7 +256,7 @@ func (s *Service) ForkSandboxes(ctx context.Context, p Principal, req apitypes.C
 // newSandbox is a pending sandbox of p's org with the per-request settings
 // of req (env, metadata, timeout, idle, auto-wake); the caller sets the
 // template, runtime, resources and source.
-func (s *Service) newSandbox(ctx context.Context, p Principal, req apitypes.CreateSandboxRequest) (model.Sandbox, error) {
+func (s *Service) newSandbox(ctx context.Context, p Principal, req CreateParams) (model.Sandbox, error) {
 	if err := validateEnv("env", req.Env); err != nil {
 		return model.Sandbox{}, err
 	}
@@ -419,7 +418,7 @@ func workerError(resp *http.Response, wid, what string) error {
 // verifies every artifact) and records a pending sandbox that starts from
 // it, with the archive's checkpoint listed under its name. On failure
 // nothing is recorded and the worker drops what it received.
-func (s *Service) ImportSandbox(ctx context.Context, p Principal, req apitypes.CreateSandboxRequest, archive io.Reader, idempotencyKey string) (model.Sandbox, model.Operation, error) {
+func (s *Service) ImportSandbox(ctx context.Context, p Principal, req CreateParams, archive io.Reader, idempotencyKey string) (model.Sandbox, model.Operation, error) {
 	if err := s.requireSnapshots(ctx, p.OrgID); err != nil {
 		return model.Sandbox{}, model.Operation{}, err
 	}
