@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/netip"
 
 	"github.com/airlock/airlock/internal/model"
 )
@@ -110,6 +111,31 @@ type Spec struct {
 	Hostname string
 	// AgentArgs are extra arguments for the in-guest agent (PID 1).
 	AgentArgs []string
+	// Network is the sandbox's network as the worker's internal/network
+	// made it; the driver joins it and creates no network of its own.
+	Network Network
+}
+
+// Network is a sandbox's network, made (and released) by internal/network
+// before the driver starts the sandbox: the network namespace its runtime
+// processes join and the links in it that the guest's devices attach to.
+// The zero Network is loopback only, in a namespace the driver's isolation
+// makes anyway (gvisor's --network=none); a driver that needs more (a VM's
+// NIC) refuses it.
+type Network struct {
+	// Namespace is the path of a network namespace (/run/netns/airlock-<id>).
+	Namespace string `json:"namespace,omitempty"`
+	// Interfaces are the links in Namespace, one per guest device.
+	Interfaces []Interface `json:"interfaces,omitempty"`
+}
+
+// Interface is one link of a Network.
+type Interface struct {
+	// Name is the link's name in the namespace (a tap, "tap0", for a VM's NIC).
+	Name string `json:"name"`
+	// Addresses are the guest's addresses on it; none while nothing is
+	// routed beyond the namespace (an egress gateway assigns them).
+	Addresses []netip.Prefix `json:"addresses,omitempty"`
 }
 
 // Status is what the driver observes.
