@@ -298,24 +298,24 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.As(err, &big) || errors.Is(err, model.ErrTooLarge):
 		status, msg = http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes", maxBody)
 	case errors.Is(err, model.ErrUnauthorized):
-		status, msg = http.StatusUnauthorized, message(err)
+		status, msg = http.StatusUnauthorized, err.Error()
 	case errors.Is(err, model.ErrForbidden):
-		status, msg = http.StatusForbidden, message(err)
+		status, msg = http.StatusForbidden, err.Error()
 	case errors.Is(err, model.ErrNotFound):
-		status, msg = http.StatusNotFound, message(err)
+		status, msg = http.StatusNotFound, err.Error()
 	case errors.Is(err, model.ErrConflict):
-		status, msg = http.StatusConflict, message(err)
+		status, msg = http.StatusConflict, err.Error()
 	case errors.Is(err, model.ErrUnprocessable), errors.Is(err, model.ErrInvalid):
-		status, msg = http.StatusBadRequest, message(err)
+		status, msg = http.StatusBadRequest, err.Error()
 	case errors.Is(err, model.ErrRateLimited):
-		status, msg = http.StatusTooManyRequests, message(err)
+		status, msg = http.StatusTooManyRequests, err.Error()
 		retry := time.Second
 		if errors.As(err, &limit) {
 			retry = limit.RetryAfter
 		}
 		w.Header().Set("Retry-After", strconv.Itoa(int((retry+time.Second-1)/time.Second)))
 	case errors.Is(err, model.ErrUnavailable):
-		status, msg = http.StatusServiceUnavailable, message(err)
+		status, msg = http.StatusServiceUnavailable, err.Error()
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		return // the client went away
 	default:

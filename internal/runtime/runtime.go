@@ -9,7 +9,9 @@
 // A driver owns everything it creates for a sandbox (processes, mounts,
 // cgroups, namespaces, temp dirs) and must release all of it in Delete, even
 // after a crash of the worker: Delete of an id the driver half-created, or
-// that a previous worker process created, must still clean up.
+// that a previous worker process created, must still clean up. The
+// sandbox's network is not the driver's: the worker's internal/network
+// makes it, hands it over in Spec.Network and releases it after Delete.
 package runtime
 
 import (

@@ -121,7 +121,7 @@ func (w *Worker) suspend(ctx context.Context, sb *sandbox, snap runtime.Snapshot
 	defer removeOld() // after the state is reported (LIFO: after the unlock below)
 	var derr error
 	for i := range 3 {
-		if derr = w.cfg.Driver.Delete(ctx, sb.id); derr == nil {
+		if derr = w.deleteRuntime(ctx, sb.id); derr == nil {
 			break
 		}
 		w.log.Warn("release suspended runtime", "sandbox", sb.id, "attempt", i+1, "err", derr)
@@ -202,7 +202,7 @@ func (w *Worker) suspendFailed(ctx context.Context, sb *sandbox, err error) {
 		w.mu.Lock()
 		closeSandbox(sb)
 		w.mu.Unlock()
-		if derr := w.cfg.Driver.Delete(ctx, sb.id); derr != nil {
+		if derr := w.deleteRuntime(ctx, sb.id); derr != nil {
 			w.log.Error("release lost sandbox", "sandbox", sb.id, "err", derr)
 		}
 	} else {
@@ -370,21 +370,21 @@ func (w *Worker) restoreFrom(ctx context.Context, s model.Sandbox, m snapshot.Ma
 	}
 	defer func() {
 		if err != nil { // never leave a half-restored sandbox behind
-			if derr := w.cfg.Driver.Delete(context.WithoutCancel(ctx), s.ID); derr != nil {
+			if derr := w.deleteRuntime(context.WithoutCancel(ctx), s.ID); derr != nil {
 				err = errors.Join(err, fmt.Errorf("clean up: %w", derr))
 			}
 		}
 	}()
 	t0 := time.Now()
-	h, err := snap.Restore(rctx, spec, dir)
+	h, err := w.restoreRuntime(rctx, snap, spec, dir)
 	if errors.Is(err, model.ErrConflict) {
 		// Leftovers of the suspended runtime (a release that failed) block
 		// the restore: release them and try once more. (Asking first would
 		// cost every wake a runtime listing.)
-		if derr := w.cfg.Driver.Delete(rctx, s.ID); derr != nil {
+		if derr := w.deleteRuntime(rctx, s.ID); derr != nil {
 			return nil, nil, fmt.Errorf("restore runtime: %w; release the leftovers: %w", err, derr)
 		}
-		h, err = snap.Restore(rctx, spec, dir)
+		h, err = w.restoreRuntime(rctx, snap, spec, dir)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("restore runtime: %w", err)

@@ -155,7 +155,7 @@ func (w *Worker) rollbackTask(ctx context.Context, sb *sandbox, snap runtime.Sna
 	w.mu.Lock()
 	closeSandbox(sb)
 	w.mu.Unlock()
-	if err := w.cfg.Driver.Delete(ctx, sb.id); err != nil {
+	if err := w.deleteRuntime(ctx, sb.id); err != nil {
 		w.taskLostRuntime(ctx, sb, "rollback", err)
 		return workerapi.TaskResult{Error: "release the runtime: " + err.Error()}
 	}
@@ -193,7 +193,7 @@ func (w *Worker) finishRestore(ctx context.Context, id string, r snapshot.Restor
 		if err != nil {
 			return fmt.Errorf("open checkpoint snapshot %s: %w", r.SnapshotID, err)
 		}
-		if err := w.cfg.Driver.Delete(context.WithoutCancel(ctx), id); err != nil {
+		if err := w.deleteRuntime(context.WithoutCancel(ctx), id); err != nil {
 			return fmt.Errorf("release the runtime: %w", err)
 		}
 		h, ac, err := w.restoreFrom(ctx, s, m, dir, snap)
@@ -232,7 +232,7 @@ func (w *Worker) taskLostRuntime(ctx context.Context, sb *sandbox, what string, 
 	closeSandbox(sb)
 	sb.state, sb.reason = model.StateFailed, what+" failed and the sandbox was lost: "+cause.Error()
 	w.mu.Unlock()
-	if err := w.cfg.Driver.Delete(context.WithoutCancel(ctx), sb.id); err != nil {
+	if err := w.deleteRuntime(context.WithoutCancel(ctx), sb.id); err != nil {
 		w.log.Error("release lost sandbox", "sandbox", sb.id, "err", err)
 	}
 }

@@ -392,7 +392,7 @@ func (w *Worker) adoptOrDelete(ctx context.Context, id string) {
 	sb := &sandbox{id: id}
 	if m, ok := w.latestSuspend(id); ok {
 		w.log.Info("sandbox is suspended (committed snapshot found); releasing its runtime", "sandbox", id, "snapshot", m.ID)
-		if err := w.cfg.Driver.Delete(context.WithoutCancel(ctx), id); err != nil {
+		if err := w.deleteRuntime(context.WithoutCancel(ctx), id); err != nil {
 			w.log.Error("release the runtime of a suspended sandbox", "sandbox", id, "err", err)
 			sb.reason = "runtime not fully released: " + err.Error()
 		}
@@ -403,7 +403,7 @@ func (w *Worker) adoptOrDelete(ctx context.Context, id string) {
 		cancel()
 		if err != nil {
 			w.log.Warn("cannot adopt sandbox; deleting it", "sandbox", id, "err", err)
-			if derr := w.cfg.Driver.Delete(context.WithoutCancel(ctx), id); derr != nil {
+			if derr := w.deleteRuntime(context.WithoutCancel(ctx), id); derr != nil {
 				w.log.Error("delete unadoptable sandbox", "sandbox", id, "err", derr)
 			}
 			w.mu.Lock()
@@ -797,7 +797,7 @@ func (w *Worker) startDelete(ctx context.Context, sb *sandbox) {
 		defer w.actions.Done()
 		// Deletion finishes even when the worker is stopping. Its snapshots
 		// go with it.
-		err := w.cfg.Driver.Delete(context.WithoutCancel(ctx), sb.id)
+		err := w.deleteRuntime(context.WithoutCancel(ctx), sb.id)
 		if w.cfg.Snapshots != nil {
 			if serr := w.cfg.Snapshots.DeleteSandbox(sb.id); serr != nil {
 				err = errors.Join(err, fmt.Errorf("delete snapshots: %w", serr))
@@ -911,12 +911,12 @@ func (w *Worker) startOne(ctx context.Context, s model.Sandbox) (_ runtime.Sandb
 	}
 	defer func() {
 		if err != nil { // never leave a half-created sandbox behind
-			if derr := w.cfg.Driver.Delete(context.WithoutCancel(ctx), s.ID); derr != nil {
+			if derr := w.deleteRuntime(context.WithoutCancel(ctx), s.ID); derr != nil {
 				err = errors.Join(err, fmt.Errorf("clean up: %w", derr))
 			}
 		}
 	}()
-	h, err := w.cfg.Driver.Start(sctx, spec)
+	h, err := w.startRuntime(sctx, spec)
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("start runtime: %w", err)
 	}

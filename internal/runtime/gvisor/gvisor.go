@@ -188,6 +188,13 @@ func (d *Driver) validSpec(verb string, spec runtime.Spec) error {
 	if !filepath.IsAbs(spec.RootFS) {
 		return fmt.Errorf("gvisor: %s %s: root filesystem %q must be absolute: %w", verb, spec.ID, spec.RootFS, model.ErrInvalid)
 	}
+	// The sandbox's network is gVisor's netstack with loopback only
+	// (--network=none, in the fresh namespace runsc makes): internal/network
+	// hands gvisor the zero Network; a namespace to join is not a power it
+	// declares (see sandboxArgs).
+	if spec.Network.Namespace != "" || len(spec.Network.Interfaces) > 0 {
+		return fmt.Errorf("gvisor: %s %s: %w", verb, spec.ID, runtime.Unsupported(Name, "network", "join a network namespace (it runs with loopback only)"))
+	}
 	if len(d.socketPath(spec.ID)) > maxSocketPath {
 		return fmt.Errorf("gvisor: %s %s: socket path %s is longer than %d bytes; use a shorter run dir: %w",
 			verb, spec.ID, d.socketPath(spec.ID), maxSocketPath, model.ErrInvalid)
@@ -335,8 +342,13 @@ func (d *Driver) capLogs() {
 func (d *Driver) sandboxArgs(id string, diskMiB int) []string {
 	return []string{
 		"--host-uds=open",
-		// Loopback only: gVisor's netstack with just "lo". (With no netns
-		// path and --network=sandbox the guest would get no interface at all.)
+		// Loopback only: gVisor's netstack with just "lo", and no host
+		// network calls from the Sentry. (With no netns path and
+		// --network=sandbox the guest would get no interface at all.) An
+		// egress gateway would hand a namespace with a link in
+		// runtime.Spec.Network and switch this to --network=sandbox with
+		// that namespace's path in the OCI spec; validSpec refuses one until
+		// then.
 		"--network=none",
 		// The root overlay's upper layer is a tmpfs inside the sentry whose
 		// pages live in a file in overlay/; size= caps that tmpfs, so a

@@ -597,6 +597,11 @@ func (s *suite) assertGone(t *testing.T, id string) {
 	if mounts := mountsMentioning(id, s.opts.RunDir); len(mounts) > 0 {
 		t.Errorf("mounts of %s remain: %v", id, mounts)
 	}
+	// Named network namespaces (internal/network's, or ip netns's; the tap
+	// of a VM lives in one and goes with it).
+	if nss, _ := filepath.Glob("/run/netns/*" + id + "*"); len(nss) > 0 {
+		t.Errorf("network namespaces of %s remain: %v", id, nss)
+	}
 	cgs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", s.opts.CgroupParent, id))
 	if len(cgs) > 0 {
 		t.Errorf("cgroups of %s remain: %v", id, cgs)
