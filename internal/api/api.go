@@ -215,7 +215,7 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		// The /v1 table (httperr.Public): the internal one, but for
 		// ErrInvalid, which users have always seen as 422 "unprocessable".
 		status, code = httperr.Public.Status(err)
-		msg = err.Error()
+		msg = err.Error() + hintText(err)
 		switch {
 		case status == http.StatusUnauthorized:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)

@@ -298,24 +298,24 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.As(err, &big) || errors.Is(err, model.ErrTooLarge):
 		status, msg = http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes", maxBody)
 	case errors.Is(err, model.ErrUnauthorized):
-		status, msg = http.StatusUnauthorized, err.Error()
+		status, msg = http.StatusUnauthorized, message(err)
 	case errors.Is(err, model.ErrForbidden):
-		status, msg = http.StatusForbidden, err.Error()
+		status, msg = http.StatusForbidden, message(err)
 	case errors.Is(err, model.ErrNotFound):
-		status, msg = http.StatusNotFound, err.Error()
+		status, msg = http.StatusNotFound, message(err)
 	case errors.Is(err, model.ErrConflict):
-		status, msg = http.StatusConflict, err.Error()
+		status, msg = http.StatusConflict, message(err)
 	case errors.Is(err, model.ErrUnprocessable), errors.Is(err, model.ErrInvalid):
-		status, msg = http.StatusBadRequest, err.Error()
+		status, msg = http.StatusBadRequest, message(err)
 	case errors.Is(err, model.ErrRateLimited):
-		status, msg = http.StatusTooManyRequests, err.Error()
+		status, msg = http.StatusTooManyRequests, message(err)
 		retry := time.Second
 		if errors.As(err, &limit) {
 			retry = limit.RetryAfter
 		}
 		w.Header().Set("Retry-After", strconv.Itoa(int((retry+time.Second-1)/time.Second)))
 	case errors.Is(err, model.ErrUnavailable):
-		status, msg = http.StatusServiceUnavailable, err.Error()
+		status, msg = http.StatusServiceUnavailable, message(err)
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		return // the client went away
 	default:

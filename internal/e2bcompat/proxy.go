@@ -179,7 +179,7 @@ func (rt *router) serve(w http.ResponseWriter, r *http.Request, t target) {
 			rt.s.log.Error("e2b sandbox traffic: traffic token", "sandbox", sb.ID, "err", err)
 			status, err = http.StatusBadGateway, errors.New("signing key unavailable")
 		}
-		writeSandboxError(w, t.sandboxID, status, err.Error())
+		writeSandboxError(w, t.sandboxID, status, message(err))
 		return
 	}
 	release, ok := rt.acquire(sb.ID)

@@ -99,21 +99,8 @@ func (s *Service) OrgUsage(ctx context.Context, orgID string) (Usage, error) {
 
 // QuotaError names the quota a request would exceed.
 func quotaError(orgID, quota string, limit, used, more int, unit string) error {
-	return model.Errorf(model.ErrQuotaExceeded, "org %s is at its %s quota: %d%s in use, the request needs %d more, the quota is %d; free some (delete or suspend sandboxes, delete checkpoints) or ask the operator to raise quotas.%s (`airlock org set %s --%s N`)",
-		orgID, quota, used, unit, more, limit, quota, orgID, quotaFlag(quota))
-}
-
-// quotaFlag is the `airlock org set` flag of a quota.
-func quotaFlag(quota string) string {
-	switch quota {
-	case "vcpus":
-		return "max-vcpus"
-	case "memory_mib":
-		return "max-memory-mib"
-	case "disk_mib":
-		return "max-disk-mib"
-	}
-	return "max-" + quota
+	return withHint(model.Errorf(model.ErrQuotaExceeded, "org %s is at its %s quota: %d%s in use, the request needs %d more, the quota is %d; free some (delete or suspend sandboxes, delete checkpoints) or ask the operator to raise quotas.%s",
+		orgID, quota, used, unit, more, limit, quota), Hint{Kind: HintRaiseQuota, OrgID: orgID, Quota: quota})
 }
 
 // admit checks that n more sandboxes of res fit the org's quotas. The

@@ -15,24 +15,23 @@ import (
 
 // Limits on create requests.
 const (
-	DefaultTemplate     = "base"
-	DefaultVCPUs        = 1
-	DefaultMemoryMiB    = 512
-	MinVCPUs, MaxVCPUs  = 1, 8
-	MinMemoryMiB        = 128
-	MaxMemoryMiB        = 16384
-	MaxMetadataPairs    = 64
-	MaxMetadataValue    = 1024
-	MaxKeyLen           = 256
-	MaxIdempotencyKey   = 255
-	MaxListLimit        = 1000
-	DefaultListLimit    = 100
-	MaxWait             = 60 * time.Second
-	maxUpdateRetries    = 8
-	digestPrefix        = "sha256:"
-	digestHexLen        = 64
-	defaultTemplateTag  = "latest"
-	templateListingHint = "GET /v1/templates lists them"
+	DefaultTemplate    = "base"
+	DefaultVCPUs       = 1
+	DefaultMemoryMiB   = 512
+	MinVCPUs, MaxVCPUs = 1, 8
+	MinMemoryMiB       = 128
+	MaxMemoryMiB       = 16384
+	MaxMetadataPairs   = 64
+	MaxMetadataValue   = 1024
+	MaxKeyLen          = 256
+	MaxIdempotencyKey  = 255
+	MaxListLimit       = 1000
+	DefaultListLimit   = 100
+	MaxWait            = 60 * time.Second
+	maxUpdateRetries   = 8
+	digestPrefix       = "sha256:"
+	digestHexLen       = 64
+	defaultTemplateTag = "latest"
 )
 
 // errTemplateNotFound is what resolveTemplate wraps when a well-formed
@@ -176,7 +175,7 @@ func (s *Service) resolveTemplate(ctx context.Context, ref string) (model.Templa
 		t, err = s.Store.GetTemplate(ctx, name, tag)
 	}
 	if errors.Is(err, model.ErrNotFound) {
-		return model.Template{}, "", model.Errorf(errTemplateNotFound, "template %q not found; %s", ref, templateListingHint)
+		return model.Template{}, "", withHint(model.Errorf(errTemplateNotFound, "template %q not found", ref), Hint{Kind: HintListTemplates})
 	}
 	if err != nil {
 		return model.Template{}, "", fmt.Errorf("resolve template %q: %w", ref, err)

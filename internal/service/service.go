@@ -1,10 +1,16 @@
 // Package service holds Airlock's transport-free operations: authentication
 // and authorization, validation, desired-state writes (sandboxes and their
 // operations), command and file session tokens. The REST adapter
-// (internal/api) and the E2B adapter translate HTTP to these calls and
-// model's sentinel errors back to wire codes; nothing here knows HTTP status
-// codes. The service never drives a sandbox itself: it records what the user
-// wants, appends events and kicks the controllers.
+// (internal/api) and the E2B adapter translate their wire types into the
+// service's own (params.go) and model's sentinel errors back to wire codes;
+// the service knows neither API's routes nor their status codes (its
+// messages do name /v1's fields, e.g. timeout_s). Its errors are in neutral
+// words; a next step worth suggesting is a typed Hint (hint.go) that each
+// adapter words for its own clients. One exception to "transport-free" remains: the service calls
+// workers' data planes over HTTP itself (command lists, checkpoint export,
+// import and snapshot delete: workerRequest, workerError), reading their
+// answers through httperr. The service never drives a sandbox itself: it
+// records what the user wants, appends events and kicks the controllers.
 package service
 
 import (

@@ -90,8 +90,8 @@ func (s *Service) requireSnapshots(ctx context.Context, orgID string) error {
 			return nil
 		}
 	}
-	return model.Errorf(model.ErrForbidden, "checkpoints, rollback, forks and export/import need the %q feature gate, which org %s does not have; an admin of the %q org can enable it with PATCH /v1/orgs/%s {\"features\":[%q]}",
-		model.FeatureSnapshots, orgID, DefaultOrgName, orgID, model.FeatureSnapshots)
+	return withHint(model.Errorf(model.ErrForbidden, "checkpoints, rollback, forks and export/import need the %q feature gate, which org %s does not have; an admin of the %q org can enable it",
+		model.FeatureSnapshots, orgID, DefaultOrgName), Hint{Kind: HintGrantFeatures, OrgID: orgID, Features: []string{model.FeatureSnapshots}})
 }
 
 // snapshotSandbox returns sandbox id of p's org once the gate and the
@@ -164,7 +164,7 @@ func (s *Service) RollbackSandbox(ctx context.Context, p Principal, id, checkpoi
 		return model.Operation{}, err
 	}
 	if checkpoint == "" {
-		return model.Operation{}, model.Errorf(model.ErrUnprocessable, "checkpoint is required: the name of one of the sandbox's checkpoints (GET /v1/sandboxes/%s/checkpoints)", id)
+		return model.Operation{}, withHint(model.Errorf(model.ErrUnprocessable, "checkpoint is required: the name of one of the sandbox's checkpoints"), Hint{Kind: HintListCheckpoints, SandboxID: id})
 	}
 	task := &model.Task{Checkpoint: checkpoint}
 	return s.requestLifecycle(ctx, LifecycleRequest{
@@ -173,7 +173,7 @@ func (s *Service) RollbackSandbox(ctx context.Context, p Principal, id, checkpoi
 		Guard: func(cur model.Sandbox) error {
 			cp, ok := cur.FindCheckpoint(checkpoint)
 			if !ok {
-				return model.Errorf(model.ErrNotFound, "sandbox %s has no checkpoint named %q; GET /v1/sandboxes/%s/checkpoints lists them", id, checkpoint, id)
+				return noCheckpoint(id, checkpoint)
 			}
 			task.SnapshotID = cp.SnapshotID // StartLifecycle copies the task after the guard
 			return nil
@@ -212,7 +212,7 @@ func (s *Service) ForkSandboxes(ctx context.Context, p Principal, req CreatePara
 	}
 	cp, ok := src.FindCheckpoint(ref.Checkpoint)
 	if !ok {
-		return nil, model.Errorf(model.ErrNotFound, "sandbox %s has no checkpoint named %q; GET /v1/sandboxes/%s/checkpoints lists them", src.ID, ref.Checkpoint, src.ID)
+		return nil, noCheckpoint(src.ID, ref.Checkpoint)
 	}
 	if src.DesiredState == model.StateDeleted || src.State.Terminal() && src.State != model.StateFailed || src.WorkerID == "" {
 		return nil, model.Errorf(model.ErrConflict, "sandbox %s is %s; its checkpoints are gone or unreachable", src.ID, src.State)
@@ -317,7 +317,7 @@ func (s *Service) ExportCheckpoint(ctx context.Context, p Principal, id, name st
 	}
 	cp, ok := sb.FindCheckpoint(name)
 	if !ok {
-		return Export{}, model.Errorf(model.ErrNotFound, "sandbox %s has no checkpoint named %q; GET /v1/sandboxes/%s/checkpoints lists them", id, name, id)
+		return Export{}, noCheckpoint(id, name)
 	}
 	if sb.DesiredState == model.StateDeleted || sb.State == model.StateDeleted {
 		return Export{}, model.Errorf(model.ErrConflict, "sandbox %s is being deleted; its checkpoints go with it", id)
@@ -452,7 +452,7 @@ func (s *Service) ImportSandbox(ctx context.Context, p Principal, req CreatePara
 	}
 	tpl, err := s.Store.GetTemplateByDigest(ctx, m.TemplateDigest)
 	if errors.Is(err, model.ErrNotFound) {
-		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "the archive was taken on template %.80q (%.80q), which this installation does not have; %s", m.Template, m.TemplateDigest, templateListingHint)
+		return model.Sandbox{}, model.Operation{}, withHint(model.Errorf(model.ErrUnprocessable, "the archive was taken on template %.80q (%.80q), which this installation does not have", m.Template, m.TemplateDigest), Hint{Kind: HintListTemplates})
 	}
 	if err != nil {
 		return model.Sandbox{}, model.Operation{}, fmt.Errorf("get template %s: %w", m.TemplateDigest, err)
@@ -605,7 +605,7 @@ func (s *Service) orgHas(ctx context.Context, orgID, f string) (bool, error) {
 func (s *Service) peekManifest(ctx context.Context, orgID string, archive io.Reader) (snapshot.Manifest, io.Reader, error) {
 	h, err := snapshot.ReadHead(archive)
 	if err != nil {
-		return snapshot.Manifest{}, nil, model.Errorf(model.ErrUnprocessable, "the archive is not a checkpoint archive (a tar stream from GET /v1/sandboxes/{id}/checkpoints/{name}/export): %v", err)
+		return snapshot.Manifest{}, nil, withHint(model.Errorf(model.ErrUnprocessable, "the archive is not a checkpoint archive: %v", err), Hint{Kind: HintExportArchive})
 	}
 	if h.Signature == nil {
 		trusted, err := s.orgHas(ctx, orgID, model.FeatureUnsignedImports)
@@ -613,8 +613,9 @@ func (s *Service) peekManifest(ctx context.Context, orgID string, archive io.Rea
 			return snapshot.Manifest{}, nil, err
 		}
 		if !trusted {
-			return snapshot.Manifest{}, nil, model.Errorf(model.ErrUnprocessable, "the archive is not signed by this installation (it has no %s after %s): importing unsigned archives needs the %q feature gate, which org %s does not have; import an archive exported by this installation, or ask an operator to grant the gate (PATCH /v1/orgs/%s {\"features\":[%q,%q]})",
-				snapshot.SignatureFile, snapshot.ManifestFile, model.FeatureUnsignedImports, orgID, orgID, model.FeatureSnapshots, model.FeatureUnsignedImports)
+			return snapshot.Manifest{}, nil, withHint(model.Errorf(model.ErrUnprocessable, "the archive is not signed by this installation (it has no %s after %s): importing unsigned archives needs the %q feature gate, which org %s does not have; import an archive exported by this installation, or ask an operator to grant the gate",
+				snapshot.SignatureFile, snapshot.ManifestFile, model.FeatureUnsignedImports, orgID),
+				Hint{Kind: HintGrantFeatures, OrgID: orgID, Features: []string{model.FeatureSnapshots, model.FeatureUnsignedImports}})
 		}
 		return h.Manifest, h.Unsigned(), nil
 	}
