@@ -6,9 +6,11 @@
 // deleted and the operations that are not done, and reconciles each sandbox
 // by its ID: re-read, decide one transition, compare-and-set write, repeat
 // until nothing changes. A lost race (model.ErrConflict) is left for the
-// next round. Decisions: placement (internal/scheduler), deletion of
-// unplaced sandboxes, operation completion and operation deadlines,
-// lifecycle (suspending, waking) and idle auto-suspend (lifecycle requests
+// next round. Decisions: placement (through Config.Placer, by default
+// internal/scheduler's Pick), deletion of unplaced sandboxes, operation
+// completion and operation deadlines, expiry (past ExpiresAt: delete, or
+// suspend for model.ExpirySuspend, by a new operation), lifecycle
+// (suspending, waking) and idle auto-suspend (lifecycle requests
 // themselves are written by service.StartLifecycle).
 //
 // As the worker API's workerapi.Server (served by workerapi.NewHandler,

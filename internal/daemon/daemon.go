@@ -427,7 +427,6 @@ func (s *server) serve(ctx context.Context, ln net.Listener) error {
 	hs := httplimit.Control.Server(s.h) // header, idle and body-stall timeouts; 64 KiB headers
 	errc := make(chan error, 3)
 	go func() { errc <- s.ctrl.Run(ctx) }()
-	go func() { errc <- s.e2b.RunReaper(ctx) }()
 	go func() { errc <- hs.Serve(ln) }()
 	select {
 	case <-ctx.Done():

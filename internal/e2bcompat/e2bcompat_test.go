@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock/airlock/internal/controller"
 	"github.com/airlock/airlock/internal/events"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/service"
@@ -357,28 +358,37 @@ func TestPagination(t *testing.T) {
 	}
 }
 
-func TestTimeoutAndReaper(t *testing.T) {
+// expire runs one round of the controller, which acts on expired sandboxes
+// (its expiry rule), on e's store and clock.
+func (e *env) expire() {
+	e.t.Helper()
+	c := controller.New(controller.Config{Store: e.st, Events: e.svc.Events, Now: e.now})
+	if err := c.ReconcileAll(e.ctx); err != nil {
+		e.t.Fatalf("controller round: %v", err)
+	}
+}
+
+func TestTimeoutAndExpiry(t *testing.T) {
 	e := newEnv(t)
 	keep := e.create(`{"templateID":"base","timeout":600}`)
 	sb := e.create(`{"templateID":"base","timeout":600}`)
 	if r := e.do("POST", "/sandboxes/"+sb.SandboxID+"/timeout", `{"timeout":5}`); r.status != 204 {
 		t.Fatalf("timeout: %d %s", r.status, r.body)
 	}
-	if err := e.a.Reap(e.ctx); err != nil {
-		t.Fatal(err)
+	if got, _ := e.st.GetSandbox(e.ctx, sb.SandboxID); got.OnExpiry != model.ExpiryDelete {
+		t.Fatalf("an E2B sandbox without autoPause has on_expiry %q; want %q", got.OnExpiry, model.ExpiryDelete)
 	}
+	e.expire()
 	if got, _ := e.st.GetSandbox(e.ctx, sb.SandboxID); got.DesiredState == model.StateDeleted {
-		t.Fatal("reaped before its expiry")
+		t.Fatal("deleted before its expiry")
 	}
 	e.advance(10 * time.Second)
-	if err := e.a.Reap(e.ctx); err != nil {
-		t.Fatal(err)
-	}
+	e.expire()
 	if got, _ := e.st.GetSandbox(e.ctx, sb.SandboxID); got.DesiredState != model.StateDeleted {
 		t.Fatalf("expired sandbox has desired state %s; want deleted", got.DesiredState)
 	}
 	if got, _ := e.st.GetSandbox(e.ctx, keep.SandboxID); got.DesiredState == model.StateDeleted {
-		t.Fatal("a sandbox that had not expired was reaped")
+		t.Fatal("a sandbox that had not expired was deleted")
 	}
 	// refreshes extends, never shortens.
 	if r := e.do("POST", "/sandboxes/"+keep.SandboxID+"/refreshes", `{"duration":1}`); r.status != 204 {
@@ -592,7 +602,7 @@ func TestRouterStreams(t *testing.T) {
 	}
 }
 
-func TestReaperSuspendsAutoPause(t *testing.T) {
+func TestExpirySuspendsAutoPause(t *testing.T) {
 	e := newEnv(t)
 	sb := e.create(`{"templateID":"base","timeout":60,"autoPause":true}`)
 	var d sandboxDetail
@@ -600,10 +610,11 @@ func TestReaperSuspendsAutoPause(t *testing.T) {
 	if d.Lifecycle.OnTimeout != "pause" || len(d.Metadata) != 0 {
 		t.Fatalf("detail lifecycle %+v metadata %v; want onTimeout pause and no reserved keys", d.Lifecycle, d.Metadata)
 	}
-	e.advance(2 * time.Minute)
-	if err := e.a.Reap(e.ctx); err != nil {
-		t.Fatal(err)
+	if got, _ := e.st.GetSandbox(e.ctx, sb.SandboxID); got.OnExpiry != model.ExpirySuspend || len(got.Metadata) != 0 {
+		t.Fatalf("autoPause stored as on_expiry %q, metadata %v; want %q and no metadata", got.OnExpiry, got.Metadata, model.ExpirySuspend)
 	}
+	e.advance(2 * time.Minute)
+	e.expire()
 	got, _ := e.st.GetSandbox(e.ctx, sb.SandboxID)
 	if got.DesiredState == model.StateDeleted {
 		t.Fatal("an autoPause sandbox was deleted at its timeout")

@@ -127,6 +127,9 @@ type Sandbox struct {
 	UpdatedAt      time.Time         `json:"updated_at"`
 	LastActivityAt time.Time         `json:"last_activity_at"`
 	ExpiresAt      *time.Time        `json:"expires_at,omitempty"`
+	// OnExpiry is what the controller does once ExpiresAt has passed
+	// (empty: ExpiryDelete).
+	OnExpiry ExpiryAction `json:"on_expiry,omitempty"`
 
 	// Lifecycle (issue "Lifecycle"). IdleSuspendS is resolved at create from
 	// the request, the org, or DefaultIdleSuspend; 0 disables it.
@@ -159,6 +162,19 @@ type Sandbox struct {
 	// its template) or "snapshot" (its Source).
 	StartedFrom string `json:"started_from,omitempty"`
 }
+
+// ExpiryAction is what happens to a sandbox when its ExpiresAt passes
+// (Sandbox.OnExpiry), through the ordinary lifecycle: an operation, events.
+type ExpiryAction string
+
+const (
+	// ExpiryDelete deletes the sandbox (the default; E2B's "kill").
+	ExpiryDelete ExpiryAction = "delete"
+	// ExpirySuspend suspends a running sandbox and clears its expiry (E2B's
+	// autoPause, lifecycle.onTimeout "pause"); a paused one stays paused
+	// and loses its expiry; one that cannot be suspended then is deleted.
+	ExpirySuspend ExpiryAction = "suspend"
+)
 
 // How a sandbox was started (Sandbox.StartedFrom).
 const (

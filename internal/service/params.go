@@ -20,6 +20,9 @@ type CreateParams struct {
 	Metadata  map[string]string
 	// TimeoutS is the sandbox's lifetime in seconds (0: no expiry).
 	TimeoutS int
+	// OnExpiry is what the controller does when the lifetime ends (empty:
+	// delete; model.ExpirySuspend: suspend, E2B's autoPause).
+	OnExpiry model.ExpiryAction
 	// IdleSuspendAfterS suspends the sandbox after this many seconds
 	// without activity (0: never; nil: the org's setting, else 6 h).
 	IdleSuspendAfterS *int64

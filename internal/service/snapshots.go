@@ -266,6 +266,11 @@ func (s *Service) newSandbox(ctx context.Context, p Principal, req CreateParams)
 	if req.TimeoutS < 0 {
 		return model.Sandbox{}, model.Errorf(model.ErrUnprocessable, "timeout_s is %d; it must be 0 (no expiry) or more", req.TimeoutS)
 	}
+	switch req.OnExpiry {
+	case "", model.ExpiryDelete, model.ExpirySuspend:
+	default:
+		return model.Sandbox{}, model.Errorf(model.ErrUnprocessable, "unknown expiry action %.40q; it is %q or %q", req.OnExpiry, model.ExpiryDelete, model.ExpirySuspend)
+	}
 	idle, err := s.idleSuspend(ctx, p.OrgID, req.IdleSuspendAfterS)
 	if err != nil {
 		return model.Sandbox{}, err
@@ -276,7 +281,7 @@ func (s *Service) newSandbox(ctx context.Context, p Principal, req CreateParams)
 	now := s.now()
 	sb := model.Sandbox{
 		OrgID: p.OrgID, State: model.StatePending, DesiredState: model.StateRunning,
-		Env: req.Env, Metadata: req.Metadata, TimeoutS: req.TimeoutS,
+		Env: req.Env, Metadata: req.Metadata, TimeoutS: req.TimeoutS, OnExpiry: req.OnExpiry,
 		CreatedAt: now, UpdatedAt: now, LastActivityAt: now,
 		IdleSuspendS: idle, NoAutoWake: req.AutoWake != nil && !*req.AutoWake,
 		PublicTraffic: req.PublicTraffic,

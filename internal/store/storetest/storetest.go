@@ -407,6 +407,7 @@ func testSandboxRoundTrip(t *testing.T, s store.Store) {
 	full.Reason = "why not"
 	full.WorkerID = "w-1"
 	full.PublicTraffic = true
+	full.OnExpiry = model.ExpirySuspend
 	op := newOp(full, "op-full")
 
 	gotSB, gotOp, existed, err := s.CreateSandbox(ctx, full, op, "")
@@ -430,8 +431,8 @@ func testSandboxRoundTrip(t *testing.T, s store.Store) {
 	}
 
 	bare := mkSandbox(t, s, newSandbox("org-a", "sb-bare", at(time.Second)))
-	if bare.Env != nil || bare.Metadata != nil || bare.ExpiresAt != nil {
-		t.Errorf("bare sandbox = %+v, want nil env, metadata and expiry", bare)
+	if bare.Env != nil || bare.Metadata != nil || bare.ExpiresAt != nil || bare.OnExpiry != "" {
+		t.Errorf("bare sandbox = %+v, want nil env, metadata and expiry, no expiry action", bare)
 	}
 
 	_, _, _, err = s.CreateSandbox(ctx, full, newOp(full, "op-other"), "")
