@@ -156,7 +156,7 @@ func (rt *router) wrap(next http.Handler) http.Handler {
 
 func (rt *router) serve(w http.ResponseWriter, r *http.Request, t target) {
 	ctx := r.Context()
-	sb, err := rt.s.svc.Store.GetSandbox(ctx, t.sandboxID)
+	sb, err := rt.s.svc.Route(ctx, t.sandboxID)
 	if errors.Is(err, model.ErrNotFound) || err == nil && e2bState(sb) == "" {
 		writeSandboxError(w, t.sandboxID, http.StatusBadGateway, "The sandbox was not found")
 		return
@@ -299,14 +299,14 @@ func (rt *router) worker(ctx context.Context, sb model.Sandbox) (http.Handler, s
 			return h, "", nil
 		}
 	}
-	wk, err := rt.s.svc.Store.GetWorker(ctx, sb.WorkerID)
+	base, err := rt.s.svc.DataPlaneURL(ctx, sb.WorkerID)
 	if err != nil {
 		return nil, "", fmt.Errorf("worker %s of the sandbox is unknown: %v", sb.WorkerID, err)
 	}
-	if wk.DataPlaneURL == "" {
-		return nil, "", fmt.Errorf("worker %s has no data-plane URL", wk.ID)
+	if base == "" {
+		return nil, "", fmt.Errorf("worker %s has no data-plane URL", sb.WorkerID)
 	}
-	return nil, wk.DataPlaneURL, nil
+	return nil, base, nil
 }
 
 func (rt *router) proxy(base string) *httputil.ReverseProxy {
