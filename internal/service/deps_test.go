@@ -42,3 +42,24 @@ func TestServiceIsTransportFree(t *testing.T) {
 		}
 	}
 }
+
+// TestAdaptersGoThroughTheService: the REST and E2B adapters do not import
+// the store; what they need of it is a Service method (Route, DataPlaneURL,
+// …), so that every write has the service's events and guards.
+func TestAdaptersGoThroughTheService(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("needs the go command to list imports")
+	}
+	for _, pkg := range []string{"../api", "../e2bcompat"} {
+		out, err := exec.Command(goBin, "list", "-f", `{{join .Imports "\n"}}`, pkg).Output()
+		if err != nil {
+			t.Fatalf("go list %s: %v", pkg, err)
+		}
+		for _, imp := range strings.Fields(string(out)) {
+			if strings.HasPrefix(imp, "github.com/airlock/airlock/internal/store") {
+				t.Errorf("%s imports %s; add a Service method instead", pkg, imp)
+			}
+		}
+	}
+}
