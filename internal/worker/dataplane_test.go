@@ -490,18 +490,17 @@ func TestWorkerLifecycleHost(t *testing.T) {
 	drv.mu.Lock()
 	_ = drv.boxes["sbx-life-0007"].cmd.Process.Kill()
 	drv.mu.Unlock()
-	srv.mu.Lock()
-	a := srv.assignments["sbx-life-0007"]
-	a.Sandbox.State = model.StateStarting
-	srv.assignments["sbx-life-0007"] = a
-	srv.history["sbx-life-0007"] = nil
-	srv.version++
-	srv.mu.Unlock()
+	srv.Update("sbx-life-0007", func(a *workerapi.Assignment) { a.Sandbox.State = model.StateStarting })
+	var before int // the states reported before the restart
+	srv.waitFor(ctx, "sbx-life-0007", func(_ workerapi.Observed, hist []model.SandboxState) bool {
+		before = len(hist)
+		return true
+	})
 	startWorker(t, srv, drv, rootfs)
 	var h []model.SandboxState
 	srv.waitFor(ctx, "sbx-life-0007", func(_ workerapi.Observed, hist []model.SandboxState) bool {
-		h = hist
-		return slices.Contains(hist, model.StateFailed) || slices.Contains(hist, model.StateRunning)
+		h = hist[before:]
+		return slices.Contains(h, model.StateFailed) || slices.Contains(h, model.StateRunning)
 	})
 	t.Logf("states of the interrupted create after the restart: %v", h)
 	if slices.Contains(h, model.StateFailed) {

@@ -74,12 +74,7 @@ const (
 func (w *Worker) startSuspend(ctx context.Context, sb *sandbox) {
 	snap, ok := w.cfg.Driver.(runtime.Snapshotter)
 	if !ok || w.cfg.Snapshots == nil {
-		w.log.Warn("worker cannot suspend sandboxes", "sandbox", sb.id, "runtime", w.cfg.Driver.Name(), "store", w.cfg.Snapshots != nil)
-		sb.actionFailed(model.OpSuspend, "suspend failed: worker "+w.cfg.ID+" cannot snapshot sandboxes",
-			model.Errorf(model.ErrUnprocessable, "worker %s cannot snapshot sandboxes", w.cfg.ID))
-		sb.suspendRetryAt = time.Now().Add(SuspendRetryDelay)
-		w.retryAfter(SuspendRetryDelay)
-		w.changed()
+		w.cannotSuspend(sb)
 		return
 	}
 	sb.busy = true
@@ -90,6 +85,18 @@ func (w *Worker) startSuspend(ctx context.Context, sb *sandbox) {
 		defer w.actions.Done()
 		w.suspend(ctx, sb, snap)
 	}()
+}
+
+// cannotSuspend reports that sb cannot be suspended here (no
+// runtime.Snapshotter or no snapshot store) and delays a retry; w.mu is
+// held.
+func (w *Worker) cannotSuspend(sb *sandbox) {
+	w.log.Warn("worker cannot suspend sandboxes", "sandbox", sb.id, "runtime", w.cfg.Driver.Name(), "store", w.cfg.Snapshots != nil)
+	sb.actionFailed(model.OpSuspend, "suspend failed: worker "+w.cfg.ID+" cannot snapshot sandboxes",
+		model.Errorf(model.ErrUnprocessable, "worker %s cannot snapshot sandboxes", w.cfg.ID))
+	sb.suspendRetryAt = time.Now().Add(SuspendRetryDelay)
+	w.retryAfter(SuspendRetryDelay)
+	w.changed()
 }
 
 func (w *Worker) suspend(ctx context.Context, sb *sandbox, snap runtime.Snapshotter) {

@@ -12,6 +12,10 @@
 // triggers an immediate Sync. Desired states: running, deleted, paused when
 // the driver implements runtime.Pauser, and suspended when it implements
 // runtime.Snapshotter and the worker has a snapshot store (lifecycle.go).
+// Each Sync's assignments are reconciled in three parts (reconcile.go): the
+// local state is copied under the worker's lock, a pure plan (plan.go, its
+// rules numbered and table-tested) turns it, the assignments and the time
+// into steps, and the executor carries them out, starting the actions.
 // Stopping the worker (cancelling Run's context) leaves sandboxes running; a
 // new worker process on the same host adopts them, and finds suspended ones
 // in the snapshot store.
@@ -173,12 +177,13 @@ type Worker struct {
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
 	// unadopted holds, per sandbox id, why a runtime sandbox found at
-	// start-up could not be adopted (its runtime is released). discover
+	// start-up could not be adopted (its runtime is released). plan
 	// decides with the sandbox's assignment: one still being created is
 	// created again, any other is reported failed with this reason.
 	unadopted map[string]string
 	synced    bool // a Sync succeeded: assignments are authoritative
-	// orphanCheckAt is when dropOrphanSnapshots looks again.
+	// orphanCheckAt is when reconcile looks for orphan snapshots again
+	// (plan's rule 6).
 	orphanCheckAt time.Time
 	// imageBuilds are the template images being built (templates.go).
 	imageBuilds map[string]bool
@@ -629,163 +634,6 @@ func (w *Worker) ackDeleted(ids []string) {
 	}
 }
 
-// reconcile moves local sandboxes toward the assignments.
-func (w *Worker) reconcile(ctx context.Context, as []workerapi.Assignment) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	first := !w.synced
-	w.synced = true
-	now := time.Now()
-	assigned := make(map[string]bool, len(as))
-	for _, a := range as {
-		id := a.Sandbox.ID
-		assigned[id] = true
-		sb := w.sandboxes[id]
-		if sb == nil {
-			sb = w.discover(ctx, a)
-			if sb == nil {
-				continue
-			}
-		}
-		sb.spec = a.Sandbox
-		// Every assignment: a warm-pool claim changes the env of a running
-		// sandbox, and commands and envd must see the new one.
-		if model.EnvDigest(sb.env) != model.EnvDigest(a.Sandbox.Env) {
-			w.changed() // an attach may wait for this env (awaitEnv)
-		}
-		sb.env = a.Sandbox.Env
-		if t := a.Sandbox.Task; t == nil || sb.taskResult != nil && sb.taskResult.OperationID != t.OperationID {
-			sb.taskResult = nil // the server has the outcome
-		}
-		if sb.busy || sb.state == model.StateDeleted {
-			continue
-		}
-		if t := a.Sandbox.Task; t != nil && sb.taskResult == nil && a.Desired != model.StateDeleted &&
-			(sb.state == model.StateRunning || sb.state == model.StatePaused) {
-			w.startTask(ctx, sb, *t)
-			continue
-		}
-		switch a.Desired {
-		case model.StateDeleted:
-			if now.Before(sb.retryAt) {
-				continue
-			}
-			w.startDelete(ctx, sb)
-		case model.StateRunning:
-			switch sb.state {
-			case model.StatePaused:
-				if !now.Before(sb.retryAt) {
-					w.startPause(ctx, sb, false)
-				}
-			case model.StateSuspended:
-				if !now.Before(sb.wakeRetryAt) {
-					w.startWake(ctx, sb)
-				}
-			}
-			// starting, running or failed: nothing to do
-		case model.StatePaused:
-			if sb.state == model.StateRunning && !now.Before(sb.retryAt) {
-				w.startPause(ctx, sb, true)
-			}
-		case model.StateSuspended:
-			if (sb.state == model.StateRunning || sb.state == model.StatePaused) && !now.Before(sb.suspendRetryAt) {
-				w.startSuspend(ctx, sb)
-			}
-		default:
-			w.log.Warn("unsupported desired state", "sandbox", id, "desired", a.Desired)
-		}
-	}
-	for id, sb := range w.sandboxes {
-		if assigned[id] || sb.busy || sb.state == model.StateDeleted || now.Before(sb.retryAt) {
-			continue
-		}
-		if first {
-			w.log.Info("sandbox not assigned to this worker; deleting it", "sandbox", id)
-		}
-		w.startDelete(ctx, sb)
-	}
-	for id := range w.unadopted {
-		if !assigned[id] {
-			delete(w.unadopted, id) // its runtime is released; nobody wants it
-		}
-	}
-	w.dropOrphanSnapshots(assigned, now)
-}
-
-// discover decides what an assigned sandbox the worker has no record of
-// is, and records it (nil: nothing to record). It was never started here
-// (start it), or it is suspended here (its committed snapshot is in the
-// store, maybe from before a worker restart), or it is gone. w.mu is held.
-func (w *Worker) discover(ctx context.Context, a workerapi.Assignment) *sandbox {
-	id := a.Sandbox.ID
-	if why, ok := w.unadopted[id]; ok {
-		delete(w.unadopted, id)
-		// A create the worker died in has nothing to lose: its runtime
-		// half-made is released, so it is created again. A sandbox that
-		// ran is failed: what it held is gone.
-		if !neverRan(a.Sandbox.State) || a.Desired != model.StateRunning || a.Sandbox.SnapshotID != "" {
-			sb := &sandbox{id: id, state: model.StateFailed, reason: why}
-			w.sandboxes[id] = sb
-			w.changed()
-			return sb
-		}
-		w.log.Info("sandbox was being created when the worker stopped; creating it again", "sandbox", id)
-	}
-	var snap *snapshot.Manifest
-	if a.Sandbox.SnapshotID != "" || a.Desired != model.StateRunning || !neverRan(a.Sandbox.State) {
-		if m, ok := w.latestSuspend(id); ok {
-			snap = &m
-		} else if a.Sandbox.SnapshotID != "" && w.cfg.Snapshots != nil {
-			if m, _, err := w.cfg.Snapshots.Get(id, a.Sandbox.SnapshotID); err == nil {
-				snap = &m
-			}
-		}
-	}
-	var sb *sandbox
-	switch {
-	case snap != nil:
-		// Delete, wake or leave suspended: reconcile goes on from here.
-		sb = &sandbox{id: id, state: model.StateSuspended, snapshotID: snap.ID, snapshotBytes: snap.Bytes}
-	case a.Desired == model.StateDeleted:
-		// Gone already (maybe deleted before a restart): say so again;
-		// reporting deleted is idempotent. Snapshots of it are removed.
-		if w.cfg.Snapshots != nil {
-			if err := w.cfg.Snapshots.DeleteSandbox(id); err != nil {
-				w.log.Warn("delete snapshots of a deleted sandbox", "sandbox", id, "err", err)
-			}
-		}
-		sb = &sandbox{id: id, state: model.StateDeleted}
-	case a.Sandbox.State == model.StateRunning || a.Sandbox.State == model.StatePaused:
-		// It ran here and is gone (say, the host rebooted): report it gone
-		// rather than start an empty sandbox under its name.
-		sb = &sandbox{id: id, state: model.StateDeleted,
-			reason: "sandbox is gone from worker " + w.cfg.ID + " (lost across a restart)"}
-	case !neverRan(a.Sandbox.State):
-		sb = &sandbox{id: id, state: model.StateFailed,
-			reason: "sandbox was " + string(a.Sandbox.State) + " but worker " + w.cfg.ID + " has neither its runtime nor a committed snapshot of it"}
-	case a.Desired == model.StateRunning:
-		sb = &sandbox{id: id, state: model.StateStarting, env: a.Sandbox.Env, spec: a.Sandbox, busy: true}
-		w.sandboxes[id] = sb
-		w.changed()
-		w.actions.Add(1)
-		go func() {
-			defer w.actions.Done()
-			w.start(ctx, sb, a.Sandbox)
-		}()
-		return nil
-	default:
-		return nil
-	}
-	w.sandboxes[id] = sb
-	w.changed()
-	return sb
-}
-
-// neverRan reports a server-side state of a sandbox that was never started.
-func neverRan(st model.SandboxState) bool {
-	return st == "" || st == model.StatePending || st == model.StateStarting
-}
-
 // startDelete begins deleting sb; w.mu is held.
 func (w *Worker) startDelete(ctx context.Context, sb *sandbox) {
 	sb.busy = true
@@ -825,8 +673,7 @@ func (w *Worker) startDelete(ctx context.Context, sb *sandbox) {
 func (w *Worker) startPause(ctx context.Context, sb *sandbox, pause bool) {
 	p, ok := w.cfg.Driver.(runtime.Pauser)
 	if !ok {
-		w.log.Warn("runtime cannot pause sandboxes", "sandbox", sb.id, "runtime", w.cfg.Driver.Name())
-		sb.retryAt = time.Now().Add(time.Minute)
+		w.cannotPause(sb)
 		return
 	}
 	sb.busy = true
@@ -861,6 +708,13 @@ func (w *Worker) startPause(ctx context.Context, sb *sandbox, pause bool) {
 		}
 		w.changed()
 	}()
+}
+
+// cannotPause delays another pause or resume of sb, which the driver
+// cannot do: the sandbox stays as it is; w.mu is held.
+func (w *Worker) cannotPause(sb *sandbox) {
+	w.log.Warn("runtime cannot pause sandboxes", "sandbox", sb.id, "runtime", w.cfg.Driver.Name())
+	sb.retryAt = time.Now().Add(time.Minute)
 }
 
 // start creates one sandbox and waits for its agent.
