@@ -44,7 +44,7 @@ func (w tLog) Write(p []byte) (int, error) {
 }
 
 type fix struct {
-	d      *qemu.Driver
+	d      *netDriver
 	rootfs string
 	run    string
 	assets setup.QEMUAssets
@@ -103,7 +103,7 @@ func fixture(t testing.TB, accel string) fix {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.d = d
+	f.d = &netDriver{d}
 	return f
 }
 
