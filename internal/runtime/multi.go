@@ -171,6 +171,14 @@ func (m *Multi) pick(name string) (string, Driver, error) {
 	return name, d, nil
 }
 
+// Resolve names the runtime a Start or Restore for runtime name lands on
+// ("" and "auto" resolved as they would be), so that a caller can prepare
+// for that runtime (its network) and pass that name on.
+func (m *Multi) Resolve(name string) (string, error) {
+	n, _, err := m.pick(name)
+	return n, err
+}
+
 // owner finds the driver that has id, and its name: the one remembered,
 // else the first whose List has it.
 func (m *Multi) owner(ctx context.Context, id string) (string, Driver, error) {

@@ -15,7 +15,9 @@ import (
 // release of a sandbox's runtime goes through deleteRuntime, so a network
 // is released wherever a runtime is (failed starts, orphans after a crash).
 
-// caps are the declared powers of spec's runtime ("" : the driver's default).
+// caps are the declared powers of runtime name, as resolved by the driver
+// ("" and "auto": the runtime a Multi would pick; the driver's own for one
+// driver).
 func (w *Worker) caps(ctx context.Context, name string) runtime.Caps {
 	for _, info := range w.runtimeInfo(ctx) {
 		if info.Name == name {
@@ -28,6 +30,15 @@ func (w *Worker) caps(ctx context.Context, name string) runtime.Caps {
 // withNetwork makes spec's network and runs call with it; a call that fails
 // (other than for an id that exists, whose network is in use) releases it.
 func (w *Worker) withNetwork(ctx context.Context, spec runtime.Spec, call func(runtime.Spec) (runtime.Sandbox, error)) (runtime.Sandbox, error) {
+	// "auto" lands on one runtime; decide it once, so the network made is
+	// the one that runtime takes.
+	if r, ok := w.cfg.Driver.(interface{ Resolve(string) (string, error) }); ok {
+		name, err := r.Resolve(spec.Runtime)
+		if err != nil {
+			return nil, err
+		}
+		spec.Runtime = name
+	}
 	n, err := network.Setup(ctx, spec.ID, w.caps(ctx, spec.Runtime))
 	if err != nil {
 		return nil, err

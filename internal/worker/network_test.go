@@ -21,7 +21,10 @@ type netDriver struct {
 	got       runtime.Network
 	existed   bool
 	deleted   []string
+	preferred bool // for "auto"
 }
+
+func (d *netDriver) PreferredForAuto(context.Context) bool { return d.preferred }
 
 func (d *netDriver) Name() string { return "net-test" }
 func (d *netDriver) Describe(context.Context) runtime.Info {
@@ -119,4 +122,31 @@ func TestNetworkAroundRuntime(t *testing.T) {
 		t.Errorf("a runtime without a network device was handed %+v (namespace there: %v)", d.got, network.Exists(id))
 	}
 	w.deleteRuntime(ctx, id)
+}
+
+// TestNetworkForAuto: an "auto" sandbox gets the network of the runtime it
+// lands on (qemu where KVM works), not of "auto"'s common powers.
+func TestNetworkForAuto(t *testing.T) {
+	testenv.RequireRoot(t, "network namespaces")
+	ctx := context.Background()
+	vm := &netDriver{caps: runtime.Caps{Network: true}}
+	plain := &netDriver{caps: runtime.Caps{Pause: true}}
+	w := &Worker{cfg: Config{Driver: &runtime.Multi{Drivers: map[string]runtime.Driver{"plain": plain, "vm": vm}, Default: "plain"}}}
+	id := model.NewID("sb")
+	t.Cleanup(func() { network.Release(ctx, id) })
+	for _, prefer := range []bool{true, false} {
+		vm.preferred, vm.got, plain.got = prefer, runtime.Network{}, runtime.Network{}
+		if _, err := w.startRuntime(ctx, runtime.Spec{ID: id, Runtime: runtime.Auto}); err != nil {
+			t.Fatal(err)
+		}
+		if prefer && (vm.got.Namespace != network.Path(id) || !vm.existed) {
+			t.Errorf("auto on the VM runtime was handed %+v (namespace there: %v)", vm.got, vm.existed)
+		}
+		if !prefer && (plain.got.Namespace != "" || network.Exists(id)) {
+			t.Errorf("auto on the plain runtime was handed %+v (namespace there: %v)", plain.got, network.Exists(id))
+		}
+		if err := w.deleteRuntime(ctx, id); err != nil || network.Exists(id) {
+			t.Errorf("deleteRuntime: %v; namespace there: %v", err, network.Exists(id))
+		}
+	}
 }
