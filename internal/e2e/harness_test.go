@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -41,23 +42,26 @@ type stack struct {
 var (
 	st      *stack
 	skipWhy string
+
+	// The stack starts with the first test that needs it (go test
+	// -run NONE starts nothing) and holds the cache's e2e lock until the
+	// test binary ends.
+	stackOnce sync.Once
+	stackErr  error
+	stackLock *os.File
 )
 
 func TestMain(m *testing.M) {
-	code := func() int {
-		if why := testenv.RootReason("end-to-end tests run a server and a worker over runsc and cgroups"); why != "" {
-			skipWhy = why
-			return m.Run()
-		}
-		s, err := startStack()
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "e2e: cannot start Airlock: %v\n", err)
-			return 1
-		}
-		st = s
-		defer s.stop()
-		return m.Run()
-	}()
+	if why := testenv.RootReason("end-to-end tests run a server and a worker over runsc and cgroups"); why != "" {
+		skipWhy = why
+	}
+	code := m.Run()
+	if st != nil {
+		st.stop()
+	}
+	if stackLock != nil {
+		stackLock.Close()
+	}
 	os.Exit(code)
 }
 
@@ -66,7 +70,38 @@ func need(t *testing.T) *stack {
 	if skipWhy != "" {
 		t.Skip(skipWhy)
 	}
+	stackOnce.Do(func() {
+		if stackLock, stackErr = lockStack(); stackErr == nil {
+			st, stackErr = startStack()
+		}
+	})
+	if stackErr != nil {
+		t.Fatalf("e2e: cannot start Airlock: %v", stackErr)
+	}
 	return st
+}
+
+// lockStack takes the cache's e2e lock: the stack's server and worker
+// live in fixed directories of the cache (the worker's credential file
+// among them), so a second e2e run on the same cache would clobber a
+// running one. It waits for the other run, saying so.
+func lockStack() (*os.File, error) {
+	if err := os.MkdirAll(cacheDir(), 0o700); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(cacheDir(), "e2e.lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: another end-to-end run holds %s; waiting for it (set AIRLOCK_TEST_CACHE to run apart)\n", path)
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+	}
+	return f, nil
 }
 
 // cacheDir keeps runsc and the Debian layer between runs so only the first
