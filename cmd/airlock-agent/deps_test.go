@@ -5,16 +5,15 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/airlock/airlock/internal/testenv"
 )
 
 // TestDeps keeps the agent static and small: only the standard library,
 // golang.org/x/sys, the agent's own packages and its RPC runtime (connect-go
 // and protobuf, for the envd services) may be linked.
 func TestDeps(t *testing.T) {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("needs the go tool in PATH")
-	}
+	goBin := testenv.RequireTool(t, "go", "to list dependencies")
 	out, err := exec.Command(goBin, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list -deps: %v\n%s", err, out)

@@ -61,7 +61,7 @@ func main() {
 	var d net.Dialer
 	var dial agent.Dialer = func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "unix", *channel) }
 	if vmDial, ok := vmMode(log); ok { // qemu sandbox: serve on virtio-serial
-		dial, *spare, *channel = vmDial, 1, "virtio-serial:"+agent.VMPortName
+		dial, *spare, *channel = vmDial, 1, "virtio-serial:"+agentapi.VMPortName
 	}
 	log.Info("airlock-agent starting", "channel", *channel, "pid", os.Getpid(), "version", agentapi.Version)
 	if err := agent.Serve(ctx, dial, *spare, envd.Tunnel(a), log); err != nil {

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/airlock/airlock/internal/agentapi"
+	"github.com/airlock/airlock/internal/testenv"
 )
 
 func TestUserLookup(t *testing.T) {
@@ -256,9 +257,7 @@ func TestClassify(t *testing.T) {
 // TestInProcessWithExec runs the agent inside a process that also uses
 // os/exec: when not PID 1 the reaper must only reap its own children.
 func TestInProcessWithExec(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("needs root: processes run with an explicit uid/gid")
-	}
+	testenv.RequireRoot(t, "processes run with an explicit uid/gid")
 	a := New(Config{})
 	for i := range 20 {
 		p, err := a.start(agentapi.ProcessSpec{ID: fmt.Sprint(i), User: "root", Cwd: "/", Argv: []string{"sh", "-c", "echo hi; exit 4"}})
@@ -292,9 +291,7 @@ func TestInProcessWithExec(t *testing.T) {
 // beyond MaxFinishedOutput bytes of retained output, are forgotten oldest
 // first when a new process starts; running ones never are.
 func TestFinishedProcessesPruned(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("needs root: processes run with an explicit uid/gid")
-	}
+	testenv.RequireRoot(t, "processes run with an explicit uid/gid")
 	a := New(Config{MaxFinished: 3, MaxFinishedOutput: 1 << 20})
 	wait := func(p *process) {
 		t.Helper()

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock/airlock/internal/testenv"
 )
 
 // FuzzOpenDir walks arbitrary paths through a tree that holds what guest
@@ -21,9 +23,7 @@ import (
 // not be. The walk must not leak a descriptor, and without create it must
 // make nothing.
 func FuzzOpenDir(f *testing.F) {
-	if os.Getuid() != 0 {
-		f.Skip("needs root: the fixture's symlinks are owned by another user, as guest code plants them")
-	}
+	testenv.RequireRoot(f, "the fixture's symlinks are owned by another user, as guest code plants them")
 	base := f.TempDir()
 	tree, outside := filepath.Join(base, "tree"), filepath.Join(base, "outside")
 	for _, d := range []string{outside, filepath.Join(tree, "a", "b")} {

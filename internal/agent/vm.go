@@ -6,17 +6,14 @@ package agent
 // (writable) under an overlayfs, moves to it as the new root and execs the
 // template's own /usr/local/bin/airlock-agent as PID 1 again, with
 // VMStageEnv set. Stage two serves the agent protocol on the virtio-serial
-// port named VMPortName (VMDialer).
+// port named agentapi.VMPortName (VMDialer).
 //
-// The kernel command line carries the parameters (the kernel ignores them):
-//
-//	airlock.vm=1              VM init mode
-//	airlock.hostname=NAME     the guest hostname
-//	airlock.args=BASE64       extra agent arguments, NUL-separated, base64url (no padding)
+// The kernel command line carries the parameters (agentapi.VMParams; the
+// devices, words and handshake shared with the host are in
+// internal/agentapi/vmlink.go).
 
 import (
 	"bytes"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,74 +24,40 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock/airlock/internal/agentapi"
 )
 
 const (
 	// VMStageEnv is set (to "root") when stage one execs the template agent.
-	VMStageEnv = "AIRLOCK_VM_STAGE"
-	// VMPortName is the name of the virtserialport the host talks on.
-	VMPortName = "airlock"
-	// Disk serials of the template (read-only) and sandbox (writable) disks.
-	VMTemplateSerial = "airlock-template"
-	VMDiskSerial     = "airlock-disk"
-	vmAgentPath      = "/usr/local/bin/airlock-agent"
+	VMStageEnv  = "AIRLOCK_VM_STAGE"
+	vmAgentPath = "/usr/local/bin/airlock-agent"
 )
-
-// VMParams are the airlock.* words of the kernel command line.
-type VMParams struct {
-	VM       bool
-	Hostname string
-	Args     []string
-}
-
-// ParseVMCmdline reads airlock.* parameters from a kernel command line.
-func ParseVMCmdline(cmdline string) VMParams {
-	var p VMParams
-	for _, w := range strings.Fields(cmdline) {
-		k, v, _ := strings.Cut(w, "=")
-		switch k {
-		case "airlock.vm":
-			p.VM = v == "1"
-		case "airlock.hostname":
-			p.Hostname = v
-		case "airlock.args":
-			if b, err := base64.RawURLEncoding.DecodeString(v); err == nil && len(b) > 0 {
-				p.Args = strings.Split(string(b), "\x00")
-			}
-		}
-	}
-	return p
-}
-
-// VMCmdlineArgs encodes extra agent arguments for airlock.args=.
-func VMCmdlineArgs(args []string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strings.Join(args, "\x00")))
-}
 
 // VMInitParams reports whether this process is stage one of VM init (PID 1
 // with airlock.vm=1 and not yet re-executed from the new root); it mounts
 // /proc to read the command line.
-func VMInitParams() (VMParams, bool) {
+func VMInitParams() (agentapi.VMParams, bool) {
 	if os.Getpid() != 1 || os.Getenv(VMStageEnv) != "" {
-		return VMParams{}, false
+		return agentapi.VMParams{}, false
 	}
 	b, err := os.ReadFile("/proc/cmdline")
 	if err != nil {
 		os.MkdirAll("/proc", 0o555)
 		if unix.Mount("proc", "/proc", "proc", 0, "") != nil {
-			return VMParams{}, false
+			return agentapi.VMParams{}, false
 		}
 		if b, err = os.ReadFile("/proc/cmdline"); err != nil {
-			return VMParams{}, false
+			return agentapi.VMParams{}, false
 		}
 	}
-	p := ParseVMCmdline(string(b))
+	p := agentapi.ParseVMCmdline(string(b))
 	return p, p.VM
 }
 
 // VMBoot is stage one. On success it does not return (it execs the
 // template agent); on failure the caller powers the VM off.
-func VMBoot(p VMParams, log *slog.Logger) error {
+func VMBoot(p agentapi.VMParams, log *slog.Logger) error {
 	mounts := []struct{ src, dst, fstype string }{
 		{"sysfs", "/sys", "sysfs"},
 		{"devtmpfs", "/dev", "devtmpfs"},
@@ -108,11 +71,11 @@ func VMBoot(p VMParams, log *slog.Logger) error {
 	if err := loadModules("/modules", log); err != nil {
 		return err
 	}
-	ro, err := waitDisk(VMTemplateSerial, 60*time.Second)
+	ro, err := waitDisk(agentapi.VMTemplateSerial, 60*time.Second)
 	if err != nil {
 		return err
 	}
-	rw, err := waitDisk(VMDiskSerial, 60*time.Second)
+	rw, err := waitDisk(agentapi.VMDiskSerial, 60*time.Second)
 	if err != nil {
 		return err
 	}

@@ -1,25 +1,8 @@
 package agent
 
-// The VM channel: a virtio-serial port (a virtserialport named VMPortName,
-// not a virtconsole). A virtserialport reports the host side's connection
-// state: while no host is connected, read returns 0 (EOF) and poll reports
-// POLLHUP, so the guest notices a host disconnect and starts a fresh HTTP/2
-// session for the next host connection. (hvc0/virtconsole is a tty and
-// reports nothing.)
-//
-// The port carries one byte stream for all host connections in turn, and a
-// disconnect followed quickly by a reconnect may not be seen as EOF; so each
-// host connection starts with a handshake that also resynchronises:
-//
-//	host → guest  "\xff\xff\xff\nAIRLOCK-SYNC <nonce>\n"  repeated every 100 ms until acknowledged
-//	guest → host  "AIRLOCK-ACK <nonce>\n"
-//	host → guest  "AIRLOCK-GO <nonce>\n"
-//
-// and then HTTP/2 (h2c) both ways. The 0xffffff prefix reads as an HTTP/2
-// frame header announcing a 16 MiB frame, so a stale guest session that
-// reads it fails at once (frame too large) and lets go of the port. The
-// guest discards everything before a SYNC line and between ACK and GO; the
-// host discards everything before the ACK.
+// The guest side of the VM channel: a virtio-serial port, one byte stream
+// for successive host sessions, each opened by the SYNC/ACK/GO handshake
+// specified (with its words) in internal/agentapi/vmlink.go.
 
 import (
 	"bytes"
@@ -32,13 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-)
 
-// Handshake words of the VM channel.
-const (
-	VMSyncPrefix = "\xff\xff\xff\nAIRLOCK-SYNC "
-	VMAckPrefix  = "AIRLOCK-ACK "
-	VMGoPrefix   = "AIRLOCK-GO "
+	"github.com/airlock/airlock/internal/agentapi"
 )
 
 // VMDialer opens the virtio-serial port and returns a Dialer whose
@@ -46,7 +24,7 @@ const (
 // previous connection is closed and a host connection has completed the
 // handshake. Use it with Serve and spare 1.
 func VMDialer(log *slog.Logger) (Dialer, error) {
-	dev, err := vmPort(VMPortName, 60*time.Second)
+	dev, err := vmPort(agentapi.VMPortName, 60*time.Second)
 	if err != nil {
 		return nil, err
 	}
@@ -178,13 +156,13 @@ func (l *vmLink) handshake(ctx context.Context) error {
 		acc = append(acc, b...)
 		for {
 			if nonce != "" {
-				goLine := []byte(VMGoPrefix + nonce + "\n")
+				goLine := []byte(agentapi.VMGoPrefix + nonce + "\n")
 				if i := bytes.Index(acc, goLine); i >= 0 {
 					l.unread(acc[i+len(goLine):])
 					return nil
 				}
 			}
-			i := bytes.Index(acc, []byte(VMSyncPrefix[4:]))
+			i := bytes.Index(acc, []byte(agentapi.VMSyncPrefix[4:]))
 			if i < 0 {
 				break
 			}
@@ -192,11 +170,11 @@ func (l *vmLink) handshake(ctx context.Context) error {
 			if j < 0 {
 				break
 			}
-			n := string(acc[i+len(VMSyncPrefix)-4 : i+j])
+			n := string(acc[i+len(agentapi.VMSyncPrefix)-4 : i+j])
 			acc = acc[i+j+1:]
 			if n != nonce && len(n) <= 64 {
 				nonce = n
-				if _, err := l.write([]byte(VMAckPrefix + nonce + "\n")); err != nil {
+				if _, err := l.write([]byte(agentapi.VMAckPrefix + nonce + "\n")); err != nil {
 					return err
 				}
 			}

@@ -20,14 +20,16 @@ import (
 	"time"
 
 	"github.com/airlock/airlock/internal/agentapi"
+	"github.com/airlock/airlock/internal/httperr"
 	"github.com/airlock/airlock/internal/model"
 )
 
 const baseURL = "http://agent"
 
 // ErrGone is the agent's answer (410) for a process it ran and has since
-// forgotten: it is not started again. It is a kind of model.ErrNotFound.
-var ErrGone = fmt.Errorf("gone: %w", model.ErrNotFound)
+// forgotten: it is not started again. It is model.ErrGone, a kind of
+// model.ErrNotFound.
+var ErrGone = model.ErrGone
 
 // Client talks to one agent.
 type Client struct {
@@ -84,27 +86,17 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 	return nil, decodeError(resp)
 }
 
+// decodeError reads an agent's error answer through httperr (the agent's
+// codes are a subset of the internal table's). An answer that names no
+// sentinel (a 500 "internal") stays a plain error.
 func decodeError(resp *http.Response) error {
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	var e agentapi.Error
-	msg := ""
-	code := ""
-	if json.Unmarshal(b, &e) == nil && e.Error.Code != "" {
-		code, msg = e.Error.Code, e.Error.Message
-	} else {
-		msg = fmt.Sprintf("agent answered %s: %s", resp.Status, bytes.TrimSpace(b))
+	e := httperr.FromResponse(resp).(*httperr.Error)
+	msg := e.Message
+	if e.Code == "" {
+		msg = fmt.Sprintf("agent answered %s: %s", resp.Status, msg)
 	}
-	var kind error
-	switch {
-	case code == "not_found" || (code == "" && resp.StatusCode == http.StatusNotFound):
-		kind = model.ErrNotFound
-	case code == "invalid" || (code == "" && resp.StatusCode == http.StatusBadRequest):
-		kind = model.ErrInvalid
-	case code == "conflict" || (code == "" && resp.StatusCode == http.StatusConflict):
-		kind = model.ErrConflict
-	case code == "gone" || (code == "" && resp.StatusCode == http.StatusGone):
-		kind = ErrGone
-	default:
+	kind := httperr.Kind(e)
+	if kind == nil {
 		return fmt.Errorf("agent: %s (%s)", msg, resp.Status)
 	}
 	return model.Errorf(kind, "%s", msg)

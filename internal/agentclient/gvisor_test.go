@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock/airlock/internal/agentapi"
 	"github.com/airlock/airlock/internal/agentclient"
+	"github.com/airlock/airlock/internal/testenv"
 )
 
 // testCache is the machine's shared test set-up (runsc built from source,
@@ -27,7 +28,7 @@ const testCache = "/var/tmp/airlock-test-cache"
 // AIRLOCK_TEST_RUNSC (a runsc binary) and AIRLOCK_TEST_ROOTFS (a Debian
 // rootfs directory, used read-only), or the shared test cache's.
 func TestInGVisor(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRunsc(t)
 	runsc, rootfs := os.Getenv("AIRLOCK_TEST_RUNSC"), os.Getenv("AIRLOCK_TEST_ROOTFS")
 	if runsc == "" && rootfs == "" {
 		_, err1 := os.Stat(filepath.Join(testCache, "bin", "runsc"))

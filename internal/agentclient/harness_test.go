@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlock/airlock/internal/agentapi"
 	"github.com/airlock/airlock/internal/agentclient"
+	"github.com/airlock/airlock/internal/testenv"
 )
 
 var (
@@ -42,10 +43,7 @@ func buildAgent(tb testing.TB) string {
 	if bin := os.Getenv("AIRLOCK_TEST_AGENT"); bin != "" {
 		return bin
 	}
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		tb.Skip("needs the go tool in PATH to build airlock-agent")
-	}
+	goBin := testenv.RequireGoBuild(tb, "airlock-agent")
 	buildOnce.Do(func() {
 		binDir, buildErr = os.MkdirTemp("", "airlock-agent-bin-")
 		if buildErr != nil {
@@ -62,13 +60,6 @@ func buildAgent(tb testing.TB) string {
 		tb.Fatal(buildErr)
 	}
 	return agentBin
-}
-
-func requireRoot(tb testing.TB) {
-	tb.Helper()
-	if os.Getuid() != 0 {
-		tb.Skip("needs root: processes run with an explicit uid/gid")
-	}
 }
 
 // host is the host side of one agent: a unix listener the agent dials, and
@@ -90,7 +81,7 @@ type host struct {
 
 func startAgent(tb testing.TB, args ...string) *host {
 	tb.Helper()
-	requireRoot(tb)
+	testenv.RequireRoot(tb, "processes run with an explicit uid/gid")
 	bin := buildAgent(tb)
 	dir, err := os.MkdirTemp("", "airlock-agent-test-") // short path: unix socket names are limited
 	if err != nil {

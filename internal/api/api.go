@@ -19,6 +19,7 @@ import (
 
 	apidoc "github.com/airlock/airlock/api"
 	"github.com/airlock/airlock/internal/api/apitypes"
+	"github.com/airlock/airlock/internal/httperr"
 	"github.com/airlock/airlock/internal/httplimit"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/service"
@@ -210,35 +211,36 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		status, code, msg = http.StatusMethodNotAllowed, apitypes.CodeMethod, meth.msg
 	case errors.As(err, &big) || errors.Is(err, model.ErrTooLarge):
 		status, code, msg = http.StatusRequestEntityTooLarge, apitypes.CodeTooLarge, fmt.Sprintf("request body is larger than %d bytes", MaxBodyBytes)
-	case errors.Is(err, model.ErrUnauthorized):
-		status, code, msg = http.StatusUnauthorized, apitypes.CodeUnauthorized, err.Error()
-		w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
-	case errors.Is(err, model.ErrForbidden):
-		status, code, msg = http.StatusForbidden, apitypes.CodeForbidden, err.Error()
-	case errors.Is(err, model.ErrNotFound):
-		status, code, msg = http.StatusNotFound, apitypes.CodeNotFound, err.Error()
-	case errors.Is(err, model.ErrConflict):
-		status, code, msg = http.StatusConflict, apitypes.CodeConflict, err.Error()
-	case errors.Is(err, model.ErrUnprocessable), errors.Is(err, model.ErrInvalid):
-		status, code, msg = http.StatusUnprocessableEntity, apitypes.CodeUnprocessable, err.Error()
-	case errors.Is(err, model.ErrQuotaExceeded):
-		// No Retry-After: waiting does not help, freeing something does.
-		status, code, msg = http.StatusTooManyRequests, apitypes.CodeQuotaExceeded, err.Error()
-	case errors.Is(err, model.ErrRateLimited):
-		status, code, msg = http.StatusTooManyRequests, apitypes.CodeRateLimited, err.Error()
-		retry := time.Second
-		if errors.As(err, &limit) {
-			retry = limit.RetryAfter
+	case isSentinel(err):
+		// The /v1 table (httperr.Public): the internal one, but for
+		// ErrInvalid, which users have always seen as 422 "unprocessable".
+		status, code = httperr.Public.Status(err)
+		msg = err.Error() + hintText(err)
+		switch {
+		case status == http.StatusUnauthorized:
+			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
+		case code == apitypes.CodeRateLimited:
+			// A quota has no Retry-After: waiting does not help, freeing
+			// something does.
+			retry := time.Second
+			if errors.As(err, &limit) {
+				retry = limit.RetryAfter
+			}
+			w.Header().Set("Retry-After", strconv.Itoa(int((retry+time.Second-1)/time.Second)))
 		}
-		w.Header().Set("Retry-After", strconv.Itoa(int((retry+time.Second-1)/time.Second)))
-	case errors.Is(err, model.ErrUnavailable):
-		status, code, msg = http.StatusServiceUnavailable, apitypes.CodeUnavailable, err.Error()
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		return // the client went away
 	default:
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	writeJSON(w, status, apitypes.ErrorResponse{Error: apitypes.ErrorBody{Code: code, Message: msg}})
+}
+
+// isSentinel reports whether err is one of the model sentinels the /v1
+// table maps.
+func isSentinel(err error) bool {
+	_, ok := httperr.Public.Lookup(err)
+	return ok
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) error {

@@ -139,7 +139,7 @@ func (e *env) dataPlane() *httptest.Server {
 func (e *env) markRunning(sandboxID, dataPlaneURL string) model.Sandbox {
 	e.t.Helper()
 	now := time.Now().UTC()
-	if err := e.st.UpsertWorker(e.ctx, model.Worker{ID: "w1", DataPlaneURL: dataPlaneURL, InternalURL: dataPlaneURL, Runtimes: []string{"gvisor"},
+	if err := e.st.UpsertWorker(e.ctx, model.Worker{ID: "w1", DataPlaneURL: dataPlaneURL, InternalURL: dataPlaneURL, Runtimes: model.NamedRuntimes("gvisor"),
 		Templates: []string{baseDigest}, CapacityMiB: 8192, CapacityVCPUs: 8, LastHeartbeat: now, CreatedAt: now}); err != nil {
 		e.t.Fatalf("upsert worker: %v", err)
 	}

@@ -21,12 +21,12 @@ func (s *server) createSandbox(w http.ResponseWriter, r *http.Request, p service
 		return err
 	}
 	if req.FromCheckpoint != nil {
-		forks, err := s.svc.ForkSandboxes(r.Context(), p, req, r.Header.Get("Idempotency-Key"))
+		forks, err := s.svc.ForkSandboxes(r.Context(), p, createParams(req), r.Header.Get("Idempotency-Key"))
 		if err != nil {
 			return err
 		}
 		w.Header().Set("Location", "/v1/operations/"+forks[0].Operation.ID)
-		return writeJSON(w, http.StatusAccepted, apitypes.CreateSandboxResponse{Sandbox: forks[0].Sandbox, Operation: forks[0].Operation, Forks: forks})
+		return writeJSON(w, http.StatusAccepted, forksResponse(forks))
 	}
 	if req.Import != "" {
 		return model.Errorf(model.ErrUnprocessable, "import needs a multipart/form-data request: a first part \"request\" with this JSON, then the part %q with the archive", req.Import)
@@ -34,7 +34,7 @@ func (s *server) createSandbox(w http.ResponseWriter, r *http.Request, p service
 	if req.Count != 0 {
 		return model.Errorf(model.ErrUnprocessable, "count applies to forks; set from_checkpoint too")
 	}
-	sb, op, err := s.svc.CreateSandbox(r.Context(), p, req, r.Header.Get("Idempotency-Key"))
+	sb, op, err := s.svc.CreateSandbox(r.Context(), p, createParams(req), r.Header.Get("Idempotency-Key"))
 	if err != nil {
 		return err
 	}
@@ -44,7 +44,7 @@ func (s *server) createSandbox(w http.ResponseWriter, r *http.Request, p service
 
 func (s *server) listSandboxes(w http.ResponseWriter, r *http.Request, p service.Principal) error {
 	q := r.URL.Query()
-	f := apitypes.SandboxFilter{Cursor: q.Get("cursor")}
+	f := service.ListParams{Cursor: q.Get("cursor")}
 	for _, v := range q["state"] {
 		for _, st := range strings.Split(v, ",") {
 			if st != "" {
@@ -141,11 +141,11 @@ func (s *server) createCommand(w http.ResponseWriter, r *http.Request, p service
 	if err := decode(w, r, &req, false); err != nil {
 		return err
 	}
-	cs, err := s.svc.CreateCommand(r.Context(), p, r.PathValue("id"), req)
+	cs, err := s.svc.CreateCommand(r.Context(), p, r.PathValue("id"), service.CommandParams(req))
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusCreated, cs)
+	return writeJSON(w, http.StatusCreated, apitypes.CommandSession(cs))
 }
 
 func (s *server) listCommands(w http.ResponseWriter, r *http.Request, p service.Principal) error {
@@ -174,7 +174,7 @@ func (s *server) filesSession(w http.ResponseWriter, r *http.Request, p service.
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, fs)
+	return writeJSON(w, http.StatusOK, apitypes.FilesSession(fs))
 }
 
 func (s *server) listTemplates(w http.ResponseWriter, r *http.Request, p service.Principal) error {

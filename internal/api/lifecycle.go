@@ -54,7 +54,7 @@ func (s *server) getOrg(w http.ResponseWriter, r *http.Request, p service.Princi
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, apitypes.Org{Org: org, Usage: usage})
+	return writeJSON(w, http.StatusOK, apitypes.Org{Org: org, Usage: apitypes.OrgUsage(usage)})
 }
 
 func (s *server) updateOrg(w http.ResponseWriter, r *http.Request, p service.Principal) error {
@@ -62,7 +62,7 @@ func (s *server) updateOrg(w http.ResponseWriter, r *http.Request, p service.Pri
 	if err := decode(w, r, &req, false); err != nil {
 		return err
 	}
-	org, err := s.svc.UpdateOrg(r.Context(), p, r.PathValue("id"), req)
+	org, err := s.svc.UpdateOrg(r.Context(), p, r.PathValue("id"), orgUpdate(req))
 	if err != nil {
 		return err
 	}
@@ -70,7 +70,7 @@ func (s *server) updateOrg(w http.ResponseWriter, r *http.Request, p service.Pri
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, apitypes.Org{Org: org, Usage: usage})
+	return writeJSON(w, http.StatusOK, apitypes.Org{Org: org, Usage: apitypes.OrgUsage(usage)})
 }
 
 // createCheckpoint serves POST /v1/sandboxes/{id}/checkpoints {name}: 202
@@ -165,7 +165,7 @@ func (s *server) importSandbox(w http.ResponseWriter, r *http.Request, p service
 	if archive.FormName() != req.Import {
 		return badRequest("the part after \"request\" is %q; \"import\" names %q", archive.FormName(), req.Import)
 	}
-	sb, op, err := s.svc.ImportSandbox(r.Context(), p, req, archive, r.Header.Get("Idempotency-Key"))
+	sb, op, err := s.svc.ImportSandbox(r.Context(), p, createParams(req), archive, r.Header.Get("Idempotency-Key"))
 	if err != nil {
 		return err
 	}

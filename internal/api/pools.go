@@ -14,7 +14,7 @@ func (s *server) listPools(w http.ResponseWriter, r *http.Request, p service.Pri
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, apitypes.PoolList{Pools: pools})
+	return writeJSON(w, http.StatusOK, apitypes.PoolList{Pools: poolsOut(pools)})
 }
 
 func (s *server) setPool(w http.ResponseWriter, r *http.Request, p service.Principal) error {
@@ -22,11 +22,11 @@ func (s *server) setPool(w http.ResponseWriter, r *http.Request, p service.Princ
 	if err := decode(w, r, &req, false); err != nil {
 		return err
 	}
-	pool, err := s.svc.SetPool(r.Context(), p, r.PathValue("template"), req)
+	pool, err := s.svc.SetPool(r.Context(), p, r.PathValue("template"), service.PoolParams(req))
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, pool)
+	return writeJSON(w, http.StatusOK, apitypes.Pool(pool))
 }
 
 func (s *server) deletePool(w http.ResponseWriter, r *http.Request, p service.Principal) error {

@@ -13,14 +13,9 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
-)
 
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("SKIP: needs root (creates cgroups)")
-	}
-}
+	"github.com/airlock/airlock/internal/testenv"
+)
 
 func testRel(t *testing.T) string {
 	b := make([]byte, 4)
@@ -110,7 +105,7 @@ func exercise(t *testing.T, h Hierarchy, rel string, l Limits, want map[string]s
 // TestHostLimits: on this host's own layout, a cgroup gets its CPU,
 // memory and pids limits, holds a process and is removed without a trace.
 func TestHostLimits(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t, "creates cgroups")
 	h, err := Detect(DefaultRoot)
 	if err != nil {
 		t.Skipf("SKIP: no cgroup file system: %v", err)
@@ -128,7 +123,7 @@ func TestHostLimits(t *testing.T) {
 // the host's own when it is unified, else a private cgroup2 mount (on a v1
 // or hybrid host it carries only the controllers v1 leaves free).
 func TestV2Mount(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireRoot(t, "creates cgroups")
 	root := DefaultRoot
 	if h, err := Detect(DefaultRoot); err != nil || h.Version != V2 {
 		root = t.TempDir()

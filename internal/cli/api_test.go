@@ -99,7 +99,14 @@ func (e *apiEnv) settle(id string, fail string) {
 			op.State, op.Reason = model.OpFailed, fail
 			sb.State, sb.Reason = model.StateFailed, fail
 		}
-		sb, op, err = e.st.UpdateSandboxAndOperation(e.ctx, sb, op)
+		err = e.st.InTx(e.ctx, func(tx store.Tx) error {
+			var err error
+			if sb, err = tx.UpdateSandbox(e.ctx, sb); err != nil {
+				return err
+			}
+			op, err = tx.UpdateOperation(e.ctx, op)
+			return err
+		})
 		if err != nil {
 			e.t.Fatalf("finish operation: %v", err)
 		}

@@ -4,16 +4,15 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/airlock/airlock/internal/testenv"
 )
 
 // TestLinksOnlyTheClient keeps the CLI a pure API client: no store, service,
 // controller, worker or runtime code may be linked into internal/cli (tests
 // may use them; they are not in this list).
 func TestLinksOnlyTheClient(t *testing.T) {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("needs the go command to list dependencies")
-	}
+	goBin := testenv.RequireTool(t, "go", "to list dependencies")
 	for _, pkg := range []string{".", "../bench"} {
 		out, err := exec.Command(goBin, "list", "-deps", pkg).Output()
 		if err != nil {
@@ -25,7 +24,7 @@ func TestLinksOnlyTheClient(t *testing.T) {
 				continue
 			}
 			switch strings.SplitN(rest, "/", 2)[0] {
-			case "cli", "bench", "client", "model", "agentapi":
+			case "cli", "bench", "client", "model", "agentapi", "httperr": // httperr: the error wire mapping (model + stdlib)
 			case "api":
 				if rest != "api/apitypes" {
 					t.Errorf("%s links %s", pkg, dep)

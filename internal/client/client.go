@@ -22,6 +22,7 @@ import (
 
 	"github.com/airlock/airlock/internal/agentapi"
 	"github.com/airlock/airlock/internal/api/apitypes"
+	"github.com/airlock/airlock/internal/httperr"
 	"github.com/airlock/airlock/internal/model"
 )
 
@@ -73,30 +74,19 @@ func (e *APIError) Error() string {
 	return fmt.Sprintf("airlock: %s (HTTP %d %s)", e.Message, e.Status, e.Code)
 }
 
-// Is lets errors.Is match model's sentinel errors by status, so callers can
-// write errors.Is(err, model.ErrNotFound).
+// Is lets errors.Is match model's sentinel errors by status (the /v1
+// table, httperr.Public), so callers can write
+// errors.Is(err, model.ErrNotFound).
 func (e *APIError) Is(target error) bool {
 	switch target {
-	case model.ErrNotFound:
-		return e.Status == http.StatusNotFound
-	case model.ErrConflict:
-		return e.Status == http.StatusConflict
-	case model.ErrUnauthorized:
-		return e.Status == http.StatusUnauthorized
-	case model.ErrForbidden:
-		return e.Status == http.StatusForbidden
 	case model.ErrUnprocessable, model.ErrInvalid:
+		// The API answers both 422, and a request it cannot parse 400.
 		return e.Status == http.StatusUnprocessableEntity || e.Status == http.StatusBadRequest
-	case model.ErrTooLarge:
-		return e.Status == http.StatusRequestEntityTooLarge
-	case model.ErrRateLimited:
-		return e.Status == http.StatusTooManyRequests
 	case model.ErrQuotaExceeded:
-		return e.Status == http.StatusTooManyRequests && e.Code == "quota_exceeded"
-	case model.ErrUnavailable:
-		return e.Status == http.StatusServiceUnavailable
+		return e.Status == http.StatusTooManyRequests && e.Code == httperr.CodeQuotaExceeded
 	}
-	return false
+	r, ok := httperr.Public.Lookup(target)
+	return ok && r.Err == target && e.Status == r.Status
 }
 
 // OperationError is returned by WaitOperation for an operation that ended

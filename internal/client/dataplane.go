@@ -24,14 +24,15 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/airlock/airlock/internal/agentapi"
+	"github.com/airlock/airlock/internal/httperr"
 	"github.com/airlock/airlock/internal/model"
 )
 
 // ErrGone is the data plane's answer (410) to an attach of a command that
 // already ran and whose record the sandbox dropped (after many newer
 // commands, or a rollback): it is not run again, and RunCommand does not
-// retry. It is a kind of model.ErrNotFound.
-var ErrGone = fmt.Errorf("gone: %w", model.ErrNotFound)
+// retry. It is model.ErrGone, a kind of model.ErrNotFound.
+var ErrGone = model.ErrGone
 
 // AttachRetries bounds how many times RunCommand re-attaches in a row
 // without receiving anything before it gives up.
@@ -297,37 +298,21 @@ func dpSleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// dataPlaneResponseError turns a non-2xx data-plane answer into a model error.
+// dataPlaneResponseError turns a non-2xx data-plane answer into a model
+// error (internal/httperr). An answer that names no sentinel is
+// model.ErrUnavailable (a proxy's 502, a worker going away), except a 500,
+// which stays an internal error.
 func dataPlaneResponseError(res *http.Response) error {
-	var body agentapi.Error
-	b, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
-	msg := strings.TrimSpace(string(b))
-	if json.Unmarshal(b, &body) == nil && body.Error.Message != "" {
-		msg = body.Error.Message
-	}
-	if msg == "" {
-		msg = res.Status
-	}
-	kind := model.ErrUnavailable
-	switch res.StatusCode {
-	case http.StatusNotFound:
-		kind = model.ErrNotFound
-	case http.StatusBadRequest:
-		kind = model.ErrInvalid
-	case http.StatusConflict:
-		kind = model.ErrConflict
-	case http.StatusUnauthorized:
-		kind = model.ErrUnauthorized
-	case http.StatusForbidden:
-		kind = model.ErrForbidden
-	case http.StatusRequestEntityTooLarge:
-		kind = model.ErrTooLarge
-	case http.StatusGone:
-		kind = ErrGone
-	case http.StatusInternalServerError:
+	e := httperr.FromResponse(res)
+	kind := httperr.Kind(e)
+	switch {
+	case kind != nil:
+	case res.StatusCode == http.StatusInternalServerError:
 		kind = errors.New("internal error")
+	default:
+		kind = model.ErrUnavailable
 	}
-	return model.Errorf(kind, "%s", msg)
+	return model.Errorf(kind, "%s", e.Error())
 }
 
 // dpSized is a request body of known length.

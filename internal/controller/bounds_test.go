@@ -30,7 +30,7 @@ func TestSyncHugeReasonTruncated(t *testing.T) {
 	_, err := e.c.Sync(e.ctx, "w1", workerapi.SyncRequest{Observed: []workerapi.Observed{
 		{SandboxID: "sb1", State: model.StateFailed, Reason: huge},
 		{SandboxID: "sb2", State: model.StateRunning},
-	}}, 0, false, 0)
+	}}, workerapi.Poll{})
 	if err != nil {
 		t.Fatalf("Sync with a 9 MiB reason: %v", err)
 	}

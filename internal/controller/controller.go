@@ -6,21 +6,22 @@
 // deleted and the operations that are not done, and reconciles each sandbox
 // by its ID: re-read, decide one transition, compare-and-set write, repeat
 // until nothing changes. A lost race (model.ErrConflict) is left for the
-// next round. Decisions: placement (internal/scheduler), deletion of
-// unplaced sandboxes, operation completion and operation deadlines,
-// lifecycle (suspending, waking) and idle auto-suspend (lifecycle requests
+// next round. Decisions: placement (through Config.Placer, by default
+// internal/scheduler's Pick), deletion of unplaced sandboxes, operation
+// completion and operation deadlines, expiry (past ExpiresAt: delete, or
+// suspend for model.ExpirySuspend, by a new operation), lifecycle
+// (suspending, waking) and idle auto-suspend (lifecycle requests
 // themselves are written by service.StartLifecycle).
 //
-// The worker API handler applies what workers observe (running, paused,
-// suspended, deleted, failed, data-plane activity) with the same
-// transitions, long-polls assignments for them and takes their wake
-// requests.
+// As the worker API's workerapi.Server (served by workerapi.NewHandler,
+// which owns HTTP, auth and decoding), the controller applies what workers
+// observe (running, paused, suspended, deleted, failed, data-plane
+// activity) with the same transitions, long-polls assignments for them and
+// takes their wake requests.
 package controller
 
 import (
 	"context"
-	"encoding/base64"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -34,12 +35,9 @@ import (
 	"github.com/airlock/airlock/internal/token"
 )
 
-// SigningKeySetting is the settings key of the data-plane signing key.
-const SigningKeySetting = "dataplane_signing_key"
-
 // Defaults for Config.
 const (
-	DefaultHeartbeatTTL = 15 * time.Second
+	DefaultHeartbeatTTL = scheduler.DefaultHeartbeatTTL
 	DefaultResync       = 2 * time.Second
 	// MaxSyncWait caps the wait parameter of a Sync long poll.
 	MaxSyncWait = 60 * time.Second
@@ -58,6 +56,10 @@ type Config struct {
 	// HeartbeatTTL is how old a worker's last heartbeat may be for it to
 	// take new sandboxes (0: DefaultHeartbeatTTL).
 	HeartbeatTTL time.Duration
+	// Placer places pending sandboxes (nil: scheduler.Default with
+	// HeartbeatTTL). The service's imports place through the same one
+	// (Controller.Placer).
+	Placer scheduler.Placer
 	// Resync is the period of the full reconcile (0: DefaultResync).
 	Resync time.Duration
 	// OperationDeadline is the deadline callers give new operations
@@ -92,6 +94,9 @@ func New(cfg Config) *Controller {
 	if cfg.Resync <= 0 {
 		cfg.Resync = DefaultResync
 	}
+	if cfg.Placer == nil {
+		cfg.Placer = scheduler.Default{HeartbeatTTL: cfg.HeartbeatTTL}
+	}
 	if cfg.OperationDeadline <= 0 {
 		cfg.OperationDeadline = model.DefaultOperationDeadline
 	}
@@ -112,6 +117,10 @@ func (c *Controller) OperationDeadline() time.Duration { return c.cfg.OperationD
 
 // HeartbeatTTL is the configured heartbeat freshness window.
 func (c *Controller) HeartbeatTTL() time.Duration { return c.cfg.HeartbeatTTL }
+
+// Placer is the placement the controller uses (Config.Placer), for other
+// callers that place a sandbox (the service's import).
+func (c *Controller) Placer() scheduler.Placer { return c.cfg.Placer }
 
 func (c *Controller) now() time.Time { return c.cfg.Now().UTC() }
 
@@ -145,48 +154,17 @@ func (c *Controller) Run(ctx context.Context) error {
 
 // Ready returns nil when at least one worker has a fresh heartbeat and a
 // template; otherwise an error wrapping model.ErrUnavailable that says what
-// is missing.
+// is missing (scheduler.Ready over the registered workers).
 func (c *Controller) Ready(ctx context.Context) error {
 	workers, err := c.st.ListWorkers(ctx)
 	if err != nil {
 		return fmt.Errorf("controller: ready: list workers: %w", err)
 	}
-	now := c.now()
-	live := 0
-	for _, w := range workers {
-		if !scheduler.Fresh(w, now, c.cfg.HeartbeatTTL) {
-			continue
-		}
-		live++
-		if len(w.Templates) > 0 {
-			return nil
-		}
-	}
-	if live == 0 {
-		if len(workers) == 0 {
-			return model.Errorf(model.ErrUnavailable, "no worker has registered")
-		}
-		return model.Errorf(model.ErrUnavailable, "no worker has sent a heartbeat in the last %s (%d registered)", c.cfg.HeartbeatTTL, len(workers))
-	}
-	return model.Errorf(model.ErrUnavailable, "no live worker has a template yet (%d live)", live)
+	return scheduler.Ready(workers, c.now(), c.cfg.HeartbeatTTL)
 }
 
-// SigningKey returns the data-plane signing key, creating it on first use.
+// SigningKey returns the installation's first data-plane master key
+// (token.SigningKey), creating it on first use.
 func (c *Controller) SigningKey(ctx context.Context) ([]byte, error) {
-	return SigningKey(ctx, c.st)
-}
-
-// SigningKey returns the cluster's data-plane signing key from st, storing a
-// fresh one if none exists yet. Every server agrees on the key because only
-// the first PutSettingIfAbsent wins.
-func SigningKey(ctx context.Context, st store.Store) ([]byte, error) {
-	v, err := st.PutSettingIfAbsent(ctx, SigningKeySetting, base64.StdEncoding.EncodeToString(token.NewKey()))
-	if err != nil {
-		return nil, fmt.Errorf("controller: signing key: %w", err)
-	}
-	key, err := base64.StdEncoding.DecodeString(v)
-	if err != nil || len(key) == 0 {
-		return nil, fmt.Errorf("controller: signing key: stored value is not base64: %w", errors.Join(err, model.ErrInvalid))
-	}
-	return key, nil
+	return token.SigningKey(ctx, c.st)
 }

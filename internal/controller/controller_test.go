@@ -203,7 +203,9 @@ func (e *env) wantHistory(id string, want ...string) {
 	}
 }
 
-// fakeWorker speaks the worker API over real HTTP, like internal/worker.
+// fakeWorker is a worker in these tests: it speaks the worker API through
+// workerapi's real Client (post sends raw requests, for the tests of the
+// protocol's edges).
 type fakeWorker struct {
 	e     *env
 	id    string
@@ -243,21 +245,29 @@ func (w *fakeWorker) post(path string, body any) (*http.Response, []byte) {
 	return resp, buf.Bytes()
 }
 
+// client is the worker's real client of the worker API, as this worker.
+func (w *fakeWorker) client() *workerapi.Client {
+	return &workerapi.Client{URL: w.e.srv.URL, JoinToken: w.token, Secret: func() string {
+		if w.token != testToken {
+			return "" // a test of a wrong token sends it everywhere
+		}
+		w.e.secretsMu.Lock()
+		defer w.e.secretsMu.Unlock()
+		return w.e.secrets[w.id] // past registration a worker sends its own credential
+	}}
+}
+
 func (w *fakeWorker) register(templates ...model.Template) workerapi.RegisterResponse {
 	w.e.t.Helper()
 	w.e.secretsMu.Lock()
 	secret := w.e.secrets[w.id]
 	w.e.secretsMu.Unlock()
-	resp, body := w.post("/internal/v1/workers/register", workerapi.RegisterRequest{
+	out, err := w.client().Register(w.e.ctx, workerapi.RegisterRequest{
 		ID: w.id, DataPlaneURL: "http://127.0.0.1:1/" + w.id, Runtimes: []string{"gvisor"},
 		CapacityMiB: 4096, CapacityVCPUs: 4, Templates: templates, Secret: secret,
 	})
-	if resp.StatusCode != http.StatusOK {
-		w.e.t.Fatalf("register: %s: %s", resp.Status, body)
-	}
-	var out workerapi.RegisterResponse
-	if err := json.Unmarshal(body, &out); err != nil {
-		w.e.t.Fatalf("register: decode: %v", err)
+	if err != nil {
+		w.e.t.Fatalf("register: %v", err)
 	}
 	if out.WorkerSecret != "" {
 		w.e.secretsMu.Lock()
@@ -270,20 +280,13 @@ func (w *fakeWorker) register(templates ...model.Template) workerapi.RegisterRes
 	return out
 }
 
-// sync calls Sync; version < 0 sends none.
+// sync calls Sync; version < 0 asks for the assignments at once (no
+// assignment version is negative).
 func (w *fakeWorker) sync(version int64, wait time.Duration, observed ...workerapi.Observed) workerapi.SyncResponse {
 	w.e.t.Helper()
-	path := fmt.Sprintf("/internal/v1/workers/%s/sync?wait=%s", w.id, wait)
-	if version >= 0 {
-		path += fmt.Sprintf("&version=%d", version)
-	}
-	resp, body := w.post(path, workerapi.SyncRequest{Observed: observed})
-	if resp.StatusCode != http.StatusOK {
-		w.e.t.Fatalf("sync: %s: %s", resp.Status, body)
-	}
-	var out workerapi.SyncResponse
-	if err := json.Unmarshal(body, &out); err != nil {
-		w.e.t.Fatalf("sync: decode: %v", err)
+	out, err := w.client().Sync(w.e.ctx, w.id, workerapi.SyncRequest{Observed: observed}, wait, version)
+	if err != nil {
+		w.e.t.Fatalf("sync: %v", err)
 	}
 	return out
 }
@@ -624,7 +627,7 @@ func TestRegisterSigningKeyAndTemplates(t *testing.T) {
 	if r1.WorkerID != "w1" || r1.SigningKey == "" || r1.SigningKey == r2.SigningKey {
 		t.Fatalf("register responses %+v %+v: want two different non-empty keys", r1, r2)
 	}
-	key, err := SigningKey(e.ctx, e.st)
+	key, err := token.SigningKey(e.ctx, e.st)
 	if err != nil {
 		t.Fatal(err)
 	}

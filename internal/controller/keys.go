@@ -42,10 +42,10 @@ func (k ringKey) bytes() ([]byte, error) {
 }
 
 // keyring reads the keyring, creating it on first use around the
-// installation's first key (SigningKeySetting), so tokens signed before
+// installation's first key (token.SigningKeySetting), so tokens signed before
 // keyrings existed stay valid.
 func (c *Controller) keyring(ctx context.Context) (keyring, string, error) {
-	first, err := SigningKey(ctx, c.st)
+	first, err := token.SigningKey(ctx, c.st)
 	if err != nil {
 		return keyring{}, "", err
 	}

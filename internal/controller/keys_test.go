@@ -90,7 +90,7 @@ func TestSigningKeyRotationGrace(t *testing.T) {
 	}
 	// Envd access tokens (server-side only) keep the installation's first
 	// key, which rotation does not touch.
-	first, err := SigningKey(e.ctx, e.st)
+	first, err := token.SigningKey(e.ctx, e.st)
 	if err != nil || string(first) != string(old) {
 		t.Errorf("the first key changed with the rotation")
 	}

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock/airlock/internal/api/apitypes"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/service"
 	"github.com/airlock/airlock/internal/store"
@@ -584,7 +583,7 @@ func TestAutoWakeOnDataPlaneSession(t *testing.T) {
 	e.reconcile()
 	w.sync(-1, 0, workerapi.Observed{SandboxID: "sb1", State: model.StateSuspended, SnapshotID: "s1"})
 
-	cs, err := svc.CreateCommand(e.ctx, testPrincipal, "sb1", apitypes.CreateCommandRequest{Cmd: "true"})
+	cs, err := svc.CreateCommand(e.ctx, testPrincipal, "sb1", service.CommandParams{Cmd: "true"})
 	if err != nil || cs.Token == "" || !strings.Contains(cs.AttachURL, "/sb1/commands/") {
 		t.Fatalf("command on a suspended sandbox: %+v %v", cs, err)
 	}
@@ -616,7 +615,7 @@ func TestAutoWakeOnDataPlaneSession(t *testing.T) {
 	e.mustLifecycle(model.OpPause, "sb1")
 	e.reconcile()
 	w.sync(-1, 0, workerapi.Observed{SandboxID: "sb1", State: model.StatePaused})
-	_, err = svc.CreateCommand(e.ctx, testPrincipal, "sb1", apitypes.CreateCommandRequest{Cmd: "true"})
+	_, err = svc.CreateCommand(e.ctx, testPrincipal, "sb1", service.CommandParams{Cmd: "true"})
 	if !errors.Is(err, model.ErrConflict) || !strings.Contains(err.Error(), "auto_wake=false") {
 		t.Fatalf("command on an opted-out paused sandbox: %v", err)
 	}

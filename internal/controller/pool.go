@@ -8,6 +8,7 @@ import (
 
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/service"
+	"github.com/airlock/airlock/internal/store"
 )
 
 // reconcilePools keeps every warm pool at its size: it creates missing
@@ -92,7 +93,17 @@ func (c *Controller) deletePoolMember(ctx context.Context, sb model.Sandbox) err
 		ID: model.NewID("op"), OrgID: sb.OrgID, SandboxID: sb.ID, Kind: model.OpDelete, State: model.OpPending,
 		Target: model.StateDeleted, CreatedAt: now, UpdatedAt: now, Deadline: now.Add(c.cfg.OperationDeadline),
 	}
-	nsb, op, err := c.st.UpdateSandboxCreateOperation(ctx, nsb, op)
+	err := c.st.InTx(ctx, func(tx store.Tx) error {
+		var err error
+		if nsb, err = tx.UpdateSandbox(ctx, nsb); err != nil {
+			return err
+		}
+		if err := tx.CreateOperation(ctx, op); err != nil {
+			return err
+		}
+		op, err = tx.GetOperation(ctx, op.ID)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("controller: pool member %s: delete: %w", sb.ID, err)
 	}

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlock/airlock/internal/api/apitypes"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/service"
 	"github.com/airlock/airlock/internal/store"
@@ -30,7 +29,7 @@ func newPoolEnv(t *testing.T) (*env, *fakeWorker) {
 
 func (e *env) setPool(size int) {
 	e.t.Helper()
-	if _, err := e.service().SetPool(e.ctx, operator, "base", apitypes.SetPoolRequest{Size: size}); err != nil {
+	if _, err := e.service().SetPool(e.ctx, operator, "base", service.PoolParams{Size: size}); err != nil {
 		e.t.Fatalf("set pool base %d: %v", size, err)
 	}
 }
@@ -82,7 +81,7 @@ func (e *env) fill(w *fakeWorker) []model.Sandbox {
 	return live
 }
 
-func (e *env) poolStatus() apitypes.Pool {
+func (e *env) poolStatus() service.PoolStatus {
 	e.t.Helper()
 	pools, err := e.service().ListPools(e.ctx, operator)
 	if err != nil {
@@ -110,7 +109,7 @@ func TestPoolFillClaimRefill(t *testing.T) {
 	}
 
 	svc := e.service()
-	req := apitypes.CreateSandboxRequest{Template: "base", Env: map[string]string{"K": "v"}, Metadata: map[string]string{"m": "1"}, TimeoutS: 60}
+	req := service.CreateParams{Template: "base", Env: map[string]string{"K": "v"}, Metadata: map[string]string{"m": "1"}, TimeoutS: 60}
 	sb, op, err := svc.CreateSandbox(e.ctx, testPrincipal, req, "key-1")
 	if err != nil {
 		t.Fatalf("create: %v", err)
@@ -161,17 +160,17 @@ func TestPoolCreateFallsBack(t *testing.T) {
 	svc := e.service()
 	e.setPool(2)
 	e.reconcile() // members pending: nothing to claim yet
-	sb, op, err := svc.CreateSandbox(e.ctx, testPrincipal, apitypes.CreateSandboxRequest{Template: "base"}, "")
+	sb, op, err := svc.CreateSandbox(e.ctx, testPrincipal, service.CreateParams{Template: "base"}, "")
 	if err != nil || sb.State != model.StatePending || op.State != model.OpPending || sb.Pool != "" {
 		t.Fatalf("create with no ready member = %+v %+v %v, want a pending sandbox", sb, op, err)
 	}
 	e.fill(w)
 	for _, tc := range []struct {
 		name string
-		req  apitypes.CreateSandboxRequest
+		req  service.CreateParams
 	}{
-		{"other memory", apitypes.CreateSandboxRequest{Template: "base", Resources: model.Resources{MemoryMiB: 1024}}},
-		{"other vcpus", apitypes.CreateSandboxRequest{Template: "base", Resources: model.Resources{VCPUs: 2}}},
+		{"other memory", service.CreateParams{Template: "base", Resources: model.Resources{MemoryMiB: 1024}}},
+		{"other vcpus", service.CreateParams{Template: "base", Resources: model.Resources{VCPUs: 2}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sb, op, err := svc.CreateSandbox(e.ctx, testPrincipal, tc.req, "")
@@ -191,7 +190,7 @@ func TestPoolMembersInvisible(t *testing.T) {
 	e.setPool(2)
 	members := e.fill(w)
 	for _, p := range []service.Principal{testPrincipal, operator} {
-		sbs, _, err := svc.ListSandboxes(e.ctx, p, apitypes.SandboxFilter{})
+		sbs, _, err := svc.ListSandboxes(e.ctx, p, service.ListParams{})
 		if err != nil || len(sbs) != 0 {
 			t.Fatalf("org %s lists %d sandboxes (%v), want none", p.OrgID, len(sbs), err)
 		}
@@ -203,7 +202,7 @@ func TestPoolMembersInvisible(t *testing.T) {
 		}
 	}
 	for _, p := range []service.Principal{testPrincipal, {OrgID: testOrg, Admin: true}, {OrgID: service.DefaultOrgID}} {
-		if _, err := svc.SetPool(e.ctx, p, "base", apitypes.SetPoolRequest{Size: 1}); !errors.Is(err, model.ErrForbidden) {
+		if _, err := svc.SetPool(e.ctx, p, "base", service.PoolParams{Size: 1}); !errors.Is(err, model.ErrForbidden) {
 			t.Errorf("SetPool by %+v: err = %v, want forbidden", p, err)
 		}
 		if _, err := svc.ListPools(e.ctx, p); !errors.Is(err, model.ErrForbidden) {
@@ -260,15 +259,15 @@ func TestCreateOtherRuntime(t *testing.T) {
 	svc := e.service()
 	e.setPool(1)
 	e.fill(w)
-	_, _, err := svc.CreateSandbox(e.ctx, testPrincipal, apitypes.CreateSandboxRequest{Runtime: "qemu"}, "")
+	_, _, err := svc.CreateSandbox(e.ctx, testPrincipal, service.CreateParams{Runtime: "qemu"}, "")
 	if !errors.Is(err, model.ErrUnprocessable) || !strings.Contains(err.Error(), "workers offer gvisor") {
 		t.Fatalf("create with runtime qemu and no qemu worker: err = %v", err)
 	}
-	if err := e.st.UpsertWorker(e.ctx, model.Worker{ID: "w-vm", Runtimes: []string{"qemu"}, Templates: []string{baseDigest},
+	if err := e.st.UpsertWorker(e.ctx, model.Worker{ID: "w-vm", Runtimes: model.NamedRuntimes("qemu"), Templates: []string{baseDigest},
 		CapacityMiB: 4096, CapacityVCPUs: 4, LastHeartbeat: e.clock.Now(), CreatedAt: e.clock.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	sb, op, err := svc.CreateSandbox(e.ctx, testPrincipal, apitypes.CreateSandboxRequest{Runtime: "qemu"}, "")
+	sb, op, err := svc.CreateSandbox(e.ctx, testPrincipal, service.CreateParams{Runtime: "qemu"}, "")
 	if err != nil || sb.Runtime != "qemu" || sb.State != model.StatePending || op.State != model.OpPending {
 		t.Fatalf("create with runtime qemu = %+v %+v %v, want a pending qemu sandbox (not a claim)", sb, op, err)
 	}

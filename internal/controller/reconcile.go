@@ -27,10 +27,13 @@ type round struct {
 }
 
 // action is one transition: the new sandbox and/or operation to write.
+// With newOp, op is an operation to create (its ID is made at the write)
+// rather than one to update.
 type action struct {
-	sb  *model.Sandbox
-	op  *model.Operation
-	why string
+	sb    *model.Sandbox
+	op    *model.Operation
+	newOp bool
+	why   string
 }
 
 func (a action) empty() bool { return a.sb == nil && a.op == nil }
@@ -209,12 +212,14 @@ func priorState(ops []model.Operation) model.SandboxState {
 //  4. an open operation whose target state is reached succeeds; a failed
 //     sandbox fails its operations; a sandbox being deleted cancels the
 //     others;
-//  5. pending and desired running → placed (starting) or a Reason saying
-//     why not;
-//  6. lifecycle: running|paused and desired suspended → suspending;
+//  5. expiry (decideExpiry): past ExpiresAt, a sandbox is deleted, or
+//     with OnExpiry suspend a running one is suspended, by a new operation;
+//  6. pending and desired running → placed (starting) by Config.Placer, or
+//     a Reason saying why not;
+//  7. lifecycle: running|paused and desired suspended → suspending;
 //     suspended and desired running → waking; an open lifecycle operation
 //     that the assignment now drives → running;
-//  7. placed on a worker that has been silent for staleFactor × HeartbeatTTL
+//  8. placed on a worker that has been silent for staleFactor × HeartbeatTTL
 //     → a note in Reason (the sandbox stays: the worker may come back).
 //
 // Deadlines of pause, resume and suspend do not fail the sandbox: the
@@ -318,7 +323,12 @@ func (c *Controller) decide(r *round, sb model.Sandbox, open []model.Operation, 
 		}
 	}
 
-	// 5. Placement.
+	// 5. Expiry.
+	if a := c.decideExpiry(sb, open, now); !a.empty() {
+		return a
+	}
+
+	// 6. Placement.
 	if sb.State == model.StatePending && sb.DesiredState == model.StateRunning {
 		workers := r.workers
 		if sb.Source != nil {
@@ -328,7 +338,7 @@ func (c *Controller) decide(r *round, sb model.Sandbox, open []model.Operation, 
 				workers = []model.Worker{w}
 			}
 		}
-		wid, err := scheduler.Pick(workers, r.load, scheduler.RequestFor(sb), now, c.cfg.HeartbeatTTL)
+		wid, err := c.cfg.Placer.Place(scheduler.Cluster{Workers: workers, Load: r.load, Now: now}, scheduler.RequestFor(sb))
 		if err != nil && sb.Source != nil {
 			err = fmt.Errorf("waiting for worker %s, which holds the snapshot it starts from: %w", sb.Source.WorkerID, err)
 		}
@@ -354,7 +364,7 @@ func (c *Controller) decide(r *round, sb model.Sandbox, open []model.Operation, 
 		return a
 	}
 
-	// 6. Lifecycle.
+	// 7. Lifecycle.
 	if !deleting {
 		nsb := sb
 		switch {
@@ -382,7 +392,7 @@ func (c *Controller) decide(r *round, sb model.Sandbox, open []model.Operation, 
 		}
 	}
 
-	// 7. Silent worker.
+	// 8. Silent worker.
 	if sb.WorkerID != "" && !sb.State.Terminal() && sb.State != model.StatePending {
 		w, known := r.byID[sb.WorkerID]
 		prefix := stalePrefix(sb.WorkerID)
@@ -407,6 +417,62 @@ func (c *Controller) decide(r *round, sb model.Sandbox, open []model.Operation, 
 
 func stalePrefix(workerID string) string { return "worker " + workerID + " is unreachable: " }
 
+// decideExpiry is rule 5: what a sandbox whose ExpiresAt has passed needs,
+// if anything. Only sandboxes on their way to or at running or paused
+// expire (not one being deleted, failed, suspended or suspending).
+//   - OnExpiry delete (the default): desired deleted and a delete
+//     operation; rule 2 then deletes it.
+//   - OnExpiry suspend, running: the expiry is cleared and, in the same
+//     write, desired suspended with a suspend operation, as a suspend
+//     request would; an open suspend is joined (only the expiry is
+//     cleared). A sandbox that cannot be suspended now (another lifecycle
+//     operation open, or still converging) is deleted: the expiry must end
+//     it one way or the other.
+//   - OnExpiry suspend, paused: the expiry is cleared; it stays paused.
+//   - OnExpiry suspend, pending, starting or waking: nothing until it
+//     settles.
+//
+// A resumed sandbox gets a new expiry from its adapter (E2B connect).
+func (c *Controller) decideExpiry(sb model.Sandbox, open []model.Operation, now time.Time) action {
+	if sb.ExpiresAt == nil || now.Before(*sb.ExpiresAt) || sb.DesiredState == model.StateDeleted {
+		return action{}
+	}
+	switch sb.State {
+	case model.StatePending, model.StateStarting, model.StateRunning, model.StateWaking, model.StatePaused:
+	default:
+		return action{}
+	}
+	reason := "expired at " + sb.ExpiresAt.UTC().Format(time.RFC3339)
+	newOp := func(kind model.OperationKind, target model.SandboxState) *model.Operation {
+		return &model.Operation{
+			OrgID: sb.OrgID, SandboxID: sb.ID, Kind: kind, State: model.OpPending, Target: target, Reason: reason,
+			CreatedAt: now, UpdatedAt: now, Deadline: now.Add(c.cfg.OperationDeadline),
+		}
+	}
+	if sb.OnExpiry == model.ExpirySuspend {
+		nsb := sb
+		nsb.ExpiresAt = nil
+		switch sb.State {
+		case model.StatePaused:
+			return action{sb: &nsb, why: "expired while paused: expiry cleared"}
+		case model.StateRunning:
+			if _, ok := firstOp(open, func(op model.Operation) bool { return op.Kind == model.OpSuspend }); ok {
+				return action{sb: &nsb, why: "expired while suspending: expiry cleared"}
+			}
+			if len(open) == 0 && sb.DesiredState == model.StateRunning {
+				nsb.DesiredState = model.StateSuspended
+				return action{sb: &nsb, op: newOp(model.OpSuspend, model.StateSuspended), newOp: true, why: "expired: suspend"}
+			}
+			// Cannot be suspended now: deleted below.
+		default:
+			return action{} // decided once it settles
+		}
+	}
+	nsb := sb
+	nsb.DesiredState = model.StateDeleted
+	return action{sb: &nsb, op: newOp(model.OpDelete, model.StateDeleted), newOp: true, why: "expired: delete"}
+}
+
 // apply writes a (both writes in one transaction when both change) and
 // appends the events.
 func (c *Controller) apply(ctx context.Context, a action) error {
@@ -417,7 +483,23 @@ func (c *Controller) apply(ctx context.Context, a action) error {
 	)
 	switch {
 	case a.sb != nil && a.op != nil:
-		sb, op, err = c.st.UpdateSandboxAndOperation(ctx, *a.sb, *a.op)
+		err = c.st.InTx(ctx, func(tx store.Tx) error {
+			var err error
+			if sb, err = tx.UpdateSandbox(ctx, *a.sb); err != nil {
+				return err
+			}
+			if a.newOp {
+				nop := *a.op
+				nop.ID = model.NewID("op")
+				if err := tx.CreateOperation(ctx, nop); err != nil {
+					return err
+				}
+				op, err = tx.GetOperation(ctx, nop.ID)
+				return err
+			}
+			op, err = tx.UpdateOperation(ctx, *a.op)
+			return err
+		})
 	case a.sb != nil:
 		sb, err = c.st.UpdateSandbox(ctx, *a.sb)
 	default:

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock/airlock/internal/api/apitypes"
 	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/service"
 	"github.com/airlock/airlock/internal/workerapi"
 )
 
@@ -159,8 +159,8 @@ func TestForkPlacement(t *testing.T) {
 	w1.sync(-1, 0, workerapi.Observed{SandboxID: "sb1", State: model.StateRunning,
 		Task: &workerapi.TaskResult{OperationID: op.ID, SnapshotID: "snap-1", Bytes: 1}})
 
-	forks, err := svc.ForkSandboxes(e.ctx, testPrincipal, apitypes.CreateSandboxRequest{
-		FromCheckpoint: &apitypes.CheckpointRef{SandboxID: "sb1", Checkpoint: "c1"}, Count: 3}, "")
+	forks, err := svc.ForkSandboxes(e.ctx, testPrincipal, service.CreateParams{
+		FromCheckpoint: &service.CheckpointRef{SandboxID: "sb1", Checkpoint: "c1"}, Count: 3}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,16 +177,16 @@ func TestForkPlacement(t *testing.T) {
 			t.Fatalf("fork operation %+v", f.Operation)
 		}
 	}
-	if _, err := svc.ForkSandboxes(e.ctx, testPrincipal, apitypes.CreateSandboxRequest{
-		FromCheckpoint: &apitypes.CheckpointRef{SandboxID: "sb1", Checkpoint: "c1"}, Count: apitypes.MaxForks + 1}, ""); !errors.Is(err, model.ErrUnprocessable) {
+	if _, err := svc.ForkSandboxes(e.ctx, testPrincipal, service.CreateParams{
+		FromCheckpoint: &service.CheckpointRef{SandboxID: "sb1", Checkpoint: "c1"}, Count: service.MaxForks + 1}, ""); !errors.Is(err, model.ErrUnprocessable) {
 		t.Fatalf("too many forks: %v", err)
 	}
-	if _, err := svc.ForkSandboxes(e.ctx, testPrincipal, apitypes.CreateSandboxRequest{
-		FromCheckpoint: &apitypes.CheckpointRef{SandboxID: "sb1", Checkpoint: "c1"}, Template: "base"}, ""); !errors.Is(err, model.ErrUnprocessable) {
+	if _, err := svc.ForkSandboxes(e.ctx, testPrincipal, service.CreateParams{
+		FromCheckpoint: &service.CheckpointRef{SandboxID: "sb1", Checkpoint: "c1"}, Template: "base"}, ""); !errors.Is(err, model.ErrUnprocessable) {
 		t.Fatalf("fork with a template: %v", err)
 	}
-	if _, err := svc.ForkSandboxes(e.ctx, testPrincipal, apitypes.CreateSandboxRequest{
-		FromCheckpoint: &apitypes.CheckpointRef{SandboxID: "sb1", Checkpoint: "zz"}}, ""); !errors.Is(err, model.ErrNotFound) {
+	if _, err := svc.ForkSandboxes(e.ctx, testPrincipal, service.CreateParams{
+		FromCheckpoint: &service.CheckpointRef{SandboxID: "sb1", Checkpoint: "zz"}}, ""); !errors.Is(err, model.ErrNotFound) {
 		t.Fatalf("fork of a missing checkpoint: %v", err)
 	}
 	// A fork whose worker is full waits with a reason naming it.
@@ -195,8 +195,8 @@ func TestForkPlacement(t *testing.T) {
 	if _, err := e.st.UpdateSandbox(e.ctx, big); err != nil {
 		t.Fatal(err)
 	}
-	more, err := svc.ForkSandboxes(e.ctx, testPrincipal, apitypes.CreateSandboxRequest{
-		FromCheckpoint: &apitypes.CheckpointRef{SandboxID: "sb1", Checkpoint: "c1"}}, "")
+	more, err := svc.ForkSandboxes(e.ctx, testPrincipal, service.CreateParams{
+		FromCheckpoint: &service.CheckpointRef{SandboxID: "sb1", Checkpoint: "c1"}}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -15,7 +14,6 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -26,64 +24,20 @@ import (
 	"github.com/airlock/airlock/internal/workerapi"
 )
 
-// maxBody caps worker API request bodies.
-const maxBody = 8 << 20
-
 var workerIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
 // Handler serves the worker API (see internal/workerapi) under
-// /internal/v1/workers/.
+// /internal/v1/workers/: workerapi's handler over the controller.
 func (c *Controller) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("POST /internal/v1/workers/register", c.joinAuth(http.HandlerFunc(c.handleRegister)))
-	mux.Handle("POST /internal/v1/workers/{id}/sync", c.workerAuth(http.HandlerFunc(c.handleSync)))
-	mux.Handle("POST /internal/v1/workers/{id}/wake", c.workerAuth(http.HandlerFunc(c.handleWake)))
-	return c.authenticate(mux)
+	return workerapi.NewHandler(c, workerapi.HandlerConfig{JoinToken: c.cfg.WorkerToken, MaxSyncWait: MaxSyncWait})
 }
 
-// authenticate refuses every worker API call while the server has no join
-// token (the worker API is then off).
-func (c *Controller) authenticate(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if c.cfg.WorkerToken == "" {
-			writeError(w, model.Errorf(model.ErrUnauthorized, "the worker API is disabled: the server has no worker token"))
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
+var _ workerapi.Server = (*Controller)(nil)
 
-// joinAuth admits a registration that carries the join token (the server's
-// --worker-token). Register then checks the worker id's own secret.
-func (c *Controller) joinAuth(next http.Handler) http.Handler {
-	want := []byte("Bearer " + c.cfg.WorkerToken)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := []byte(r.Header.Get("Authorization"))
-		if subtle.ConstantTimeCompare(got, want) != 1 {
-			writeError(w, model.Errorf(model.ErrUnauthorized, "missing or wrong join token: register with Authorization: Bearer <the server's --worker-token>"))
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-// workerAuth admits a call on /internal/v1/workers/{id}/… only with that
-// worker's own secret (the join token is not enough: one worker cannot
-// sync or wake as another).
-func (c *Controller) workerAuth(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := r.PathValue("id")
-		secret, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || secret == "" {
-			writeError(w, model.Errorf(model.ErrUnauthorized, "missing worker credential: send Authorization: Bearer <the secret worker %s received at registration>", id))
-			return
-		}
-		if err := c.checkWorkerSecret(r.Context(), id, secret); err != nil {
-			writeError(w, err)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
+// Authenticate reports whether secret is worker id's own credential
+// (workerapi.Server).
+func (c *Controller) Authenticate(ctx context.Context, id, secret string) error {
+	return c.checkWorkerSecret(ctx, id, secret)
 }
 
 // checkWorkerSecret reports whether secret is worker id's own credential.
@@ -132,20 +86,6 @@ func (c *Controller) bindWorker(ctx context.Context, id, secret string, now time
 	return issued, nil
 }
 
-func (c *Controller) handleRegister(w http.ResponseWriter, r *http.Request) {
-	var req workerapi.RegisterRequest
-	if err := decode(r, &req); err != nil {
-		writeError(w, err)
-		return
-	}
-	resp, err := c.Register(r.Context(), req)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, resp)
-}
-
 // Register records a worker (and the templates it has) with a fresh
 // heartbeat and returns the worker's own data-plane key and, on an id's
 // first registration, its credential. An id registered before must prove
@@ -188,7 +128,7 @@ func (c *Controller) Register(ctx context.Context, req workerapi.RegisterRequest
 	wk := model.Worker{
 		ID:            req.ID,
 		DataPlaneURL:  req.DataPlaneURL,
-		Runtimes:      req.Runtimes,
+		Runtimes:      req.Offered(),
 		Templates:     digests(req.Templates),
 		CapacityMiB:   req.CapacityMiB,
 		CapacityVCPUs: req.CapacityVCPUs,
@@ -215,7 +155,7 @@ func (c *Controller) Register(ctx context.Context, req workerapi.RegisterRequest
 	if err != nil {
 		return workerapi.RegisterResponse{}, fmt.Errorf("controller: register %s: %w", req.ID, err)
 	}
-	c.log.Info("controller: worker registered", "worker", wk.ID, "data_plane", wk.DataPlaneURL, "runtimes", wk.Runtimes,
+	c.log.Info("controller: worker registered", "worker", wk.ID, "data_plane", wk.DataPlaneURL, "runtimes", wk.RuntimeNames(),
 		"templates", wk.Templates, "capacity_mib", wk.CapacityMiB, "capacity_vcpus", wk.CapacityVCPUs, "new_credential", issued != "")
 	c.Kick()
 	return workerapi.RegisterResponse{
@@ -261,67 +201,35 @@ func digests(ts []model.Template) []string {
 	return ds
 }
 
-func (c *Controller) handleSync(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	var wait time.Duration
-	if s := q.Get("wait"); s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			secs, err2 := strconv.Atoi(s)
-			if err2 != nil || secs < 0 {
-				writeError(w, model.Errorf(model.ErrInvalid, "wait %q: want a duration such as 25s", s))
-				return
-			}
-			d = time.Duration(secs) * time.Second
-		}
-		wait = min(max(d, 0), MaxSyncWait)
+// Heartbeat records that worker id is alive when its Sync body was too
+// large to read (workerapi.Server): one runaway report does not mark the
+// worker unreachable.
+func (c *Controller) Heartbeat(ctx context.Context, id string) error {
+	if _, err := c.heartbeat(ctx, id, nil); err != nil {
+		c.log.Warn("controller: heartbeat of an oversized sync", "worker", id, "err", err)
+		return err
 	}
-	version, hasVersion := int64(0), false
-	if s := q.Get("version"); s != "" {
-		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			writeError(w, model.Errorf(model.ErrInvalid, "version %q: want an integer", s))
-			return
-		}
-		version, hasVersion = v, true
-	}
-	var req workerapi.SyncRequest
-	if err := decode(r, &req); err != nil {
-		if errors.Is(err, model.ErrTooLarge) {
-			// The worker is authenticated and alive: its heartbeat counts
-			// even when its observations cannot be read, so one runaway
-			// report never marks the worker (and every sandbox on it)
-			// unreachable.
-			id := r.PathValue("id")
-			if _, herr := c.heartbeat(r.Context(), id, nil); herr != nil {
-				c.log.Warn("controller: heartbeat of an oversized sync", "worker", id, "err", herr)
-			}
-			c.log.Warn("controller: sync body too large; heartbeat recorded, observations dropped", "worker", id, "limit", maxBody)
-			err = model.Errorf(model.ErrTooLarge, "sync body exceeds %d bytes: the heartbeat was recorded but no observation was applied; report fewer or smaller observations (reasons are limited to %d bytes)", maxBody, workerapi.MaxReason)
-		}
-		writeError(w, err)
-		return
-	}
-	resp, err := c.Sync(r.Context(), r.PathValue("id"), req, version, hasVersion, wait)
-	if err != nil {
-		if r.Context().Err() != nil {
-			return // the worker went away
-		}
-		writeError(w, err)
-		return
-	}
-	if resp.SigningKeys, err = c.workerKeys(r.Context(), r.PathValue("id")); err != nil {
-		writeError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, resp)
+	c.log.Warn("controller: sync body too large; heartbeat recorded, observations dropped", "worker", id, "limit", workerapi.MaxBody)
+	return nil
 }
 
 // Sync records a heartbeat from worker id, applies what it observed and
-// returns its assignments. When the assignment version equals version
-// (hasVersion) and the observations changed nothing, it waits up to wait
-// for the assignments to change, refreshing the heartbeat while it waits.
-func (c *Controller) Sync(ctx context.Context, id string, req workerapi.SyncRequest, version int64, hasVersion bool, wait time.Duration) (workerapi.SyncResponse, error) {
+// returns its assignments and signing keys. When the assignment version
+// equals poll.Version (poll.HasVersion) and the observations changed
+// nothing, it waits up to poll.Wait for the assignments to change,
+// refreshing the heartbeat while it waits.
+func (c *Controller) Sync(ctx context.Context, id string, req workerapi.SyncRequest, poll workerapi.Poll) (workerapi.SyncResponse, error) {
+	resp, err := c.sync(ctx, id, req, poll.Version, poll.HasVersion, poll.Wait)
+	if err != nil {
+		return workerapi.SyncResponse{}, err
+	}
+	if resp.SigningKeys, err = c.workerKeys(ctx, id); err != nil {
+		return workerapi.SyncResponse{}, err
+	}
+	return resp, nil
+}
+
+func (c *Controller) sync(ctx context.Context, id string, req workerapi.SyncRequest, version int64, hasVersion bool, wait time.Duration) (workerapi.SyncResponse, error) {
 	if err := validTemplates(req.Templates); err != nil {
 		return workerapi.SyncResponse{}, err
 	}
@@ -390,6 +298,12 @@ func (c *Controller) boundObserved(wid string, o workerapi.Observed) workerapi.O
 	if len(o.Reason) > workerapi.MaxReason {
 		c.log.Warn("controller: observed reason too long; truncated", "worker", wid, "sandbox", o.SandboxID, "bytes", len(o.Reason), "limit", workerapi.MaxReason)
 		o.Reason = workerapi.TruncateReason(o.Reason)
+	}
+	if o.Action != nil && len(o.Action.Message) > workerapi.MaxReason {
+		c.log.Warn("controller: observed action message too long; truncated", "worker", wid, "sandbox", o.SandboxID, "bytes", len(o.Action.Message), "limit", workerapi.MaxReason)
+		a := *o.Action
+		a.Message = workerapi.TruncateReason(a.Message)
+		o.Action = &a
 	}
 	if o.Task != nil && len(o.Task.Error) > workerapi.MaxReason {
 		c.log.Warn("controller: observed task error too long; truncated", "worker", wid, "sandbox", o.SandboxID, "bytes", len(o.Task.Error), "limit", workerapi.MaxReason)
@@ -523,7 +437,8 @@ func decideObserved(sb model.Sandbox, open []model.Operation, wid string, o work
 
 	case (o.State == model.StateRunning || o.State == model.StatePaused) && sb.State == model.StateSuspending:
 		if sb.DesiredState == model.StateSuspended {
-			if o.Reason == "" {
+			reason, failed := actionFailed(o, model.OpSuspend)
+			if !failed {
 				return action{} // not started yet
 			}
 			// The suspend failed; the worker kept the runtime: never half
@@ -532,10 +447,6 @@ func decideObserved(sb model.Sandbox, open []model.Operation, wid string, o work
 			nsb.State = o.State
 			nsb.DesiredState = o.State
 			nsb.LastActivityAt = now
-			reason := o.Reason
-			if !strings.HasPrefix(reason, "suspend failed") {
-				reason = "suspend failed: " + reason
-			}
 			return withOp(action{why: "worker reports suspend failed"}, reaches(model.StateSuspended), model.OpFailed, reason)
 		}
 		// The suspend was given up (deadline); the worker kept or returned
@@ -544,15 +455,12 @@ func decideObserved(sb model.Sandbox, open []model.Operation, wid string, o work
 		nsb.LastActivityAt = now
 		return action{sb: &nsb, why: "worker reports " + string(o.State) + " after an abandoned suspend"}
 
-	case o.State == model.StateSuspended && sb.State == model.StateWaking && o.Reason != "":
+	case o.State == model.StateSuspended && sb.State == model.StateWaking && wakeFailed(o):
 		// The restore failed but the snapshot is intact: back to suspended,
 		// still wakeable.
 		nsb.State = model.StateSuspended
 		nsb.DesiredState = model.StateSuspended
-		reason := o.Reason
-		if !strings.HasPrefix(reason, "wake failed") {
-			reason = "wake failed: " + reason
-		}
+		reason, _ := actionFailed(o, model.OpWake)
 		return withOp(action{why: "worker reports wake failed"}, reaches(model.StateRunning), model.OpFailed, reason)
 
 	case o.State == model.StateDeleted && sb.State == model.StateDeleting:
@@ -585,6 +493,33 @@ func decideObserved(sb model.Sandbox, open []model.Operation, wid string, o work
 		return withOp(action{why: "sandbox disappeared"}, anyOp, model.OpFailed, reason)
 	}
 	return action{}
+}
+
+// actionFailed reports whether o says the worker's action kind (a suspend
+// or a wake) failed, and the reason to record. A typed result
+// (workerapi.ActionResult) decides; an observation without one, from a
+// worker before typed results, is read by its reason as it always was: a
+// non-empty reason is the failure.
+func actionFailed(o workerapi.Observed, kind model.OperationKind) (string, bool) {
+	prefix := string(kind) + " failed"
+	switch {
+	case o.Action.Failed(kind):
+		if o.Reason != "" {
+			return o.Reason, true
+		}
+		return prefix + ": " + o.Action.Message, true
+	case o.Action == nil && o.Reason != "":
+		if !strings.HasPrefix(o.Reason, prefix) {
+			return prefix + ": " + o.Reason, true
+		}
+		return o.Reason, true
+	}
+	return "", false
+}
+
+func wakeFailed(o workerapi.Observed) bool {
+	_, failed := actionFailed(o, model.OpWake)
+	return failed
 }
 
 // taskDone applies the outcome of sb's task (a checkpoint or a rollback)
@@ -656,20 +591,6 @@ func (c *Controller) assignments(ctx context.Context, id string) (workerapi.Sync
 	return resp, nil
 }
 
-func (c *Controller) handleWake(w http.ResponseWriter, r *http.Request) {
-	var req workerapi.WakeRequest
-	if err := decode(r, &req); err != nil {
-		writeError(w, err)
-		return
-	}
-	op, err := c.Wake(r.Context(), r.PathValue("id"), req)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusAccepted, map[string]model.Operation{"operation": op})
-}
-
 // Wake wakes (or resumes) a sandbox assigned to worker wid because a
 // data-plane request arrived for it, or returns the operation already
 // taking it to running. model.ErrConflict when the sandbox opted out of
@@ -698,50 +619,4 @@ func (c *Controller) Wake(ctx context.Context, wid string, req workerapi.WakeReq
 		c.Kick()
 	}
 	return op, nil
-}
-
-func decode(r *http.Request, v any) error {
-	body := http.MaxBytesReader(nil, r.Body, maxBody)
-	dec := json.NewDecoder(body)
-	if err := dec.Decode(v); err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			return model.Errorf(model.ErrTooLarge, "request body exceeds %d bytes", maxBody)
-		}
-		return model.Errorf(model.ErrInvalid, "request body: %v", err)
-	}
-	return nil
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
-}
-
-// writeError is the one place worker API errors become HTTP codes.
-func writeError(w http.ResponseWriter, err error) {
-	status, code := http.StatusInternalServerError, "internal"
-	for _, m := range []struct {
-		kind   error
-		status int
-		code   string
-	}{
-		{model.ErrUnauthorized, http.StatusUnauthorized, "unauthorized"},
-		{model.ErrForbidden, http.StatusForbidden, "forbidden"},
-		{model.ErrNotFound, http.StatusNotFound, "not_found"},
-		{model.ErrInvalid, http.StatusBadRequest, "invalid"},
-		{model.ErrConflict, http.StatusConflict, "conflict"},
-		{model.ErrTooLarge, http.StatusRequestEntityTooLarge, "too_large"},
-		{model.ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
-	} {
-		if errors.Is(err, m.kind) {
-			status, code = m.status, m.code
-			break
-		}
-	}
-	if status == http.StatusUnauthorized {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="airlock-worker"`)
-	}
-	writeJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": err.Error()}})
 }

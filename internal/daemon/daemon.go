@@ -45,6 +45,7 @@ import (
 	"github.com/airlock/airlock/internal/store"
 	"github.com/airlock/airlock/internal/store/postgres"
 	"github.com/airlock/airlock/internal/store/sqlite"
+	"github.com/airlock/airlock/internal/store/sqlstore"
 	"github.com/airlock/airlock/internal/worker"
 )
 
@@ -133,13 +134,14 @@ func up(ctx context.Context, args []string) error {
 	}
 	tcpAddr := ln.Addr()
 	ln, scheme := listenTLS(ln, tlsCfg)
-	st, err := sqlite.Open(ctx, filepath.Join(*dataDir, "airlock.db"))
+	now := time.Now // the one clock of the store, the controller and the service
+	st, err := sqlite.Open(ctx, filepath.Join(*dataDir, "airlock.db"), sqlstore.WithClock(now))
 	if err != nil {
 		ln.Close()
 		return fmt.Errorf("open database: %w", err)
 	}
 	defer st.Close()
-	srv, err := newServer(ctx, st, wt, *deadline, log)
+	srv, err := newServer(ctx, st, wt, *deadline, log, now)
 	if err != nil {
 		ln.Close()
 		return err
@@ -249,12 +251,13 @@ func serverCmd(ctx context.Context, args []string) error {
 	if err := os.MkdirAll(*dataDir, 0o700); err != nil {
 		return fmt.Errorf("create data dir: %w", err)
 	}
-	st, err := openStore(ctx, *db, *dataDir)
+	now := time.Now // the one clock of the store, the controller and the service
+	st, err := openStore(ctx, *db, *dataDir, now)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	srv, err := newServer(ctx, st, *workerToken, *deadline, log)
+	srv, err := newServer(ctx, st, *workerToken, *deadline, log, now)
 	if err != nil {
 		return err
 	}
@@ -339,10 +342,10 @@ func workerCmd(ctx context.Context, args []string) error {
 	return err
 }
 
-func openStore(ctx context.Context, db, dataDir string) (store.Store, error) {
+func openStore(ctx context.Context, db, dataDir string, now func() time.Time) (store.Store, error) {
 	switch {
 	case strings.HasPrefix(db, "postgres://"), strings.HasPrefix(db, "postgresql://"):
-		st, err := postgres.Open(ctx, db)
+		st, err := postgres.Open(ctx, db, sqlstore.WithClock(now))
 		if err != nil {
 			return nil, fmt.Errorf("open postgres: %w", err)
 		}
@@ -351,7 +354,7 @@ func openStore(ctx context.Context, db, dataDir string) (store.Store, error) {
 		db = filepath.Join(dataDir, "airlock.db")
 	}
 	db = strings.TrimPrefix(db, "sqlite://")
-	st, err := sqlite.Open(ctx, db)
+	st, err := sqlite.Open(ctx, db, sqlstore.WithClock(now))
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite %s: %w", db, err)
 	}
@@ -367,15 +370,18 @@ type server struct {
 	local atomic.Pointer[localWorker]
 }
 
-func newServer(ctx context.Context, st store.Store, workerToken string, deadline time.Duration, log *slog.Logger) (*server, error) {
+func newServer(ctx context.Context, st store.Store, workerToken string, deadline time.Duration, log *slog.Logger, now func() time.Time) (*server, error) {
 	ev := events.New(st)
+	ev.Now = now
+	go ev.Listen(ctx) // other servers' appends wake this one's long polls, streams and controller
 	ctrl := controller.New(controller.Config{
 		Store: st, Events: ev, Logger: log.With("component", "controller"),
-		WorkerToken: workerToken, OperationDeadline: deadline,
+		WorkerToken: workerToken, OperationDeadline: deadline, Now: now,
 	})
 	svc := &service.Service{
 		Store: st, Events: ev, Kick: ctrl.Kick, SigningKey: ctrl.CurrentSigningKey, Ready: ctrl.Ready,
-		Logger: log.With("component", "api"), OperationDeadline: deadline,
+		Placer: ctrl.Placer(), // imports place as the controller does
+		Logger: log.With("component", "api"), OperationDeadline: deadline, Now: now,
 	}
 	srv := &server{svc: svc, ctrl: ctrl, log: log}
 	srv.e2b = e2bcompat.New(svc, e2bcompat.Options{
@@ -421,7 +427,6 @@ func (s *server) serve(ctx context.Context, ln net.Listener) error {
 	hs := httplimit.Control.Server(s.h) // header, idle and body-stall timeouts; 64 KiB headers
 	errc := make(chan error, 3)
 	go func() { errc <- s.ctrl.Run(ctx) }()
-	go func() { errc <- s.e2b.RunReaper(ctx) }()
 	go func() { errc <- hs.Serve(ln) }()
 	select {
 	case <-ctx.Done():
@@ -489,18 +494,9 @@ func newWorker(ctx context.Context, o workerOptions) (*worker.Worker, error) {
 	if _, _, err := setup.EnsureBaseTemplate(ctx, o.dataDir, agent, o.progress); err != nil {
 		return nil, fmt.Errorf("set up the base template: %w", err)
 	}
-	drv, err := gvisor.New(gvisor.Config{
-		RunscPath: runsc,
-		StateDir:  filepath.Join(o.dataDir, "runsc"),
-		RunDir:    filepath.Join(o.dataDir, "run"),
-		Logger:    o.log.With("component", "gvisor"),
-	})
+	drivers, err := o.runtimes(ctx, runsc, agent)
 	if err != nil {
 		return nil, err
-	}
-	drivers := &airruntime.Multi{Drivers: map[string]airruntime.Driver{gvisor.Name: drv}, Default: gvisor.Name}
-	if o.qemu {
-		drivers.Drivers[qemu.Name] = newLazyQEMU(ctx, o.dataDir, agent, o.progress, o.log)
 	}
 	snaps, err := snapshot.Open(filepath.Join(o.dataDir, "snapshots"))
 	if err != nil {
@@ -544,6 +540,46 @@ func newWorker(ctx context.Context, o workerOptions) (*worker.Worker, error) {
 		CapacityVCPUs: cpus,
 		Logger:        o.log.With("component", "worker"),
 	})
+}
+
+// runtimes makes the worker's drivers, one per runtime name, the first the
+// default: the place a new runtime is added (a driver set up in the
+// background goes in an airruntime.Lazy, as qemu does). What each can do is
+// its own declaration (airruntime.Info), registered with the server.
+func (o workerOptions) runtimes(ctx context.Context, runsc, agent string) (*airruntime.Multi, error) {
+	type entry struct {
+		name string
+		on   bool
+		make func() (airruntime.Driver, error)
+	}
+	entries := []entry{
+		{gvisor.Name, true, func() (airruntime.Driver, error) {
+			return gvisor.New(gvisor.Config{
+				RunscPath: runsc,
+				StateDir:  filepath.Join(o.dataDir, "runsc"),
+				RunDir:    filepath.Join(o.dataDir, "run"),
+				Logger:    o.log.With("component", "gvisor"),
+			})
+		}},
+		{qemu.Name, o.qemu, func() (airruntime.Driver, error) {
+			return newLazyQEMU(ctx, o.dataDir, agent, o.progress, o.log), nil
+		}},
+	}
+	m := &airruntime.Multi{Drivers: map[string]airruntime.Driver{}}
+	for _, e := range entries {
+		if !e.on {
+			continue
+		}
+		d, err := e.make()
+		if err != nil {
+			return nil, err
+		}
+		if m.Default == "" {
+			m.Default = e.name
+		}
+		m.Drivers[e.name] = d
+	}
+	return m, nil
 }
 
 // capacity is what this host offers: its memory, and its cores oversubscribed

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"debug/elf"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -19,23 +20,26 @@ import (
 	"github.com/airlock/airlock/internal/runtime/qemu"
 	"github.com/airlock/airlock/internal/runtime/runtimetest"
 	"github.com/airlock/airlock/internal/setup"
+	"github.com/airlock/airlock/internal/testenv"
 )
 
 // testCacheDir holds runsc and the base template between test runs (shared
-// with the other packages' tests).
-const testCacheDir = "/var/tmp/airlock-test-cache"
+// with the other packages' tests; AIRLOCK_TEST_CACHE names another, as for
+// internal/e2e).
+var testCacheDir = func() string {
+	if d := os.Getenv("AIRLOCK_TEST_CACHE"); d != "" {
+		return d
+	}
+	return "/var/tmp/airlock-test-cache"
+}()
 
 // dynamicAgent builds airlock-agent the way a plain `go build ./cmd/...`
 // does (cgo on: linked against the C library); it skips without go or a C
-// compiler.
+// compiler, and under -short (a cold cgo build takes a minute).
 func dynamicAgent(t *testing.T) string {
 	t.Helper()
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("SKIP: needs the go command to build airlock-agent")
-	}
-	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skip("SKIP: needs gcc for a cgo (dynamically linked) build of airlock-agent")
-	}
+	testenv.RequireGoBuild(t, "a cgo (dynamically linked) airlock-agent")
+	testenv.RequireTool(t, "gcc", "for a cgo (dynamically linked) build of airlock-agent")
 	out := filepath.Join(t.TempDir(), "airlock-agent")
 	cmd := exec.Command("go", "build", "-o", out, "github.com/airlock/airlock/cmd/airlock-agent")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
@@ -84,9 +88,7 @@ func TestStaticAgentRefusesDynamic(t *testing.T) {
 // and no source tree at hand: it refuses to start, saying how to build a
 // static agent, before any runtime set-up.
 func TestUpRefusesDynamicAgent(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("SKIP: airlock up needs root (its worker checks before the agent)")
-	}
+	testenv.RequireRoot(t, "airlock up: its worker checks for root before the agent")
 	agent := dynamicAgent(t)
 	t.Setenv("AIRLOCK_AGENT", agent)
 	t.Chdir(t.TempDir())
@@ -133,9 +135,7 @@ func TestStaticAgentRebuildsDynamic(t *testing.T) {
 // start must fail at once with the reason. Likewise while a qemu set-up is
 // still running.
 func TestBrokenQEMUDoesNotBlockGVisor(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("SKIP: the gvisor driver needs root (runsc run, cgroups, mounts)")
-	}
+	testenv.RequireRunsc(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	broken := dynamicAgent(t)
@@ -162,7 +162,7 @@ func TestBrokenQEMUDoesNotBlockGVisor(t *testing.T) {
 		t.Fatal(err)
 	}
 	q := newLazyQEMU(ctx, filepath.Join(base, "data"), broken, io.Discard, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	<-q.ready
+	<-q.Ready()
 	if err := q.Unavailable(); err == nil || !strings.Contains(err.Error(), "must be static") {
 		t.Fatalf("qemu Unavailable = %v, want the static-agent reason", err)
 	}
@@ -206,7 +206,16 @@ func TestBrokenQEMUDoesNotBlockGVisor(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(pendingDir, qid), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	pending := &lazyQEMU{runDir: pendingDir, ready: make(chan struct{})} // never ready
+	hold := make(chan struct{})
+	t.Cleanup(func() { close(hold) })
+	pending := airruntime.NewLazy(ctx, airruntime.LazyConfig{ // never ready during the test
+		Info:   qemu.Info,
+		Traces: func() []string { return runDirs(pendingDir) },
+		Setup: func(context.Context) (airruntime.Driver, error) {
+			<-hold
+			return nil, errors.New("test over")
+		},
+	})
 	pctx, pcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer pcancel()
 	pm := &airruntime.Multi{Drivers: map[string]airruntime.Driver{gvisor.Name: g, qemu.Name: pending}, Default: gvisor.Name}

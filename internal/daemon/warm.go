@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/airlock/airlock/internal/api/apitypes"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/service"
 )
@@ -56,7 +55,7 @@ func applyWarm(ctx context.Context, svc *service.Service, pools warmFlag, retry 
 	op := service.Principal{OrgID: service.DefaultOrgID, Admin: true}
 	for _, p := range pools {
 		for {
-			got, err := svc.SetPool(ctx, op, p.template, apitypes.SetPoolRequest{Size: p.size})
+			got, err := svc.SetPool(ctx, op, p.template, service.PoolParams{Size: p.size})
 			if err == nil {
 				log.Info("warm pool configured", "template", got.Template, "digest", got.Digest, "size", got.Size)
 				break

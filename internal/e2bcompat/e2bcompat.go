@@ -1,6 +1,6 @@
 // Package e2bcompat lets the unmodified E2B SDKs drive Airlock. It is a
 // transport adapter over internal/service, beside the native REST adapter
-// (internal/api). An Adapter has three parts:
+// (internal/api). An Adapter has two parts:
 //
 //   - API: E2B's control-plane REST API (POST /sandboxes, /v2/sandboxes,
 //     list, get, kill, timeout, pause, connect, resume, refreshes, metrics),
@@ -16,8 +16,10 @@
 //     and hands the request to the data plane of the worker running the
 //     sandbox (in-process under `airlock up`, else by reverse proxy); the
 //     worker forwards it to the agent's envd or the port in the sandbox.
-//   - RunReaper: ends sandboxes whose expiry (E2B timeout) has passed: delete,
-//     or suspend when the sandbox was created with autoPause.
+//
+// E2B timeouts are the sandbox's ExpiresAt and OnExpiry (autoPause:
+// model.ExpirySuspend), which the controller acts on (its expiry rule):
+// the adapter only sets them (create, timeout, connect, refreshes).
 //
 // Model errors become E2B status codes only in writeError.
 package e2bcompat
@@ -51,9 +53,8 @@ const DefaultTimeout = 300
 // Reserved metadata keys: E2B options that the model has no field for.
 // They are hidden from E2B answers.
 const (
-	metaPrefix    = "airlock.e2b."
-	metaOnTimeout = metaPrefix + "on_timeout" // "pause" (autoPause) or absent (kill)
-	metaAlias     = metaPrefix + "alias"      // the templateID as the SDK sent it
+	metaPrefix = "airlock.e2b."
+	metaAlias  = metaPrefix + "alias" // the templateID as the SDK sent it
 )
 
 // maxBody caps control-plane request bodies.
@@ -73,9 +74,6 @@ type Options struct {
 	// worker runs in this process (`airlock up`), else nil; sandbox traffic
 	// for other workers is reverse-proxied to their data-plane URL.
 	LocalWorker func(workerID string) http.Handler
-	// ReapInterval is how often the reaper looks for expired sandboxes
-	// (0: 2 s).
-	ReapInterval time.Duration
 	// MaxInflightPerSandbox caps the requests the router carries to one
 	// sandbox at once; one more is answered 429 (0: MaxInflightPerSandbox).
 	MaxInflightPerSandbox int
@@ -83,10 +81,9 @@ type Options struct {
 
 // Adapter is the E2B compatibility layer of one server.
 type Adapter struct {
-	s            *server
-	rt           *router
-	api          http.Handler
-	reapInterval time.Duration
+	s   *server
+	rt  *router
+	api http.Handler
 }
 
 // New returns the adapter over svc.
@@ -97,11 +94,7 @@ func New(svc *service.Service, o Options) *Adapter {
 		rt.maxInflight = MaxInflightPerSandbox
 	}
 	s.envdGet = rt.envdGet
-	a := &Adapter{s: s, rt: rt, api: newAPI(s), reapInterval: o.ReapInterval}
-	if a.reapInterval <= 0 {
-		a.reapInterval = 2 * time.Second
-	}
-	return a
+	return &Adapter{s: s, rt: rt, api: newAPI(s)}
 }
 
 // API returns the handler of E2B's control-plane REST API. Unknown paths
@@ -298,24 +291,24 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.As(err, &big) || errors.Is(err, model.ErrTooLarge):
 		status, msg = http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes", maxBody)
 	case errors.Is(err, model.ErrUnauthorized):
-		status, msg = http.StatusUnauthorized, err.Error()
+		status, msg = http.StatusUnauthorized, message(err)
 	case errors.Is(err, model.ErrForbidden):
-		status, msg = http.StatusForbidden, err.Error()
+		status, msg = http.StatusForbidden, message(err)
 	case errors.Is(err, model.ErrNotFound):
-		status, msg = http.StatusNotFound, err.Error()
+		status, msg = http.StatusNotFound, message(err)
 	case errors.Is(err, model.ErrConflict):
-		status, msg = http.StatusConflict, err.Error()
+		status, msg = http.StatusConflict, message(err)
 	case errors.Is(err, model.ErrUnprocessable), errors.Is(err, model.ErrInvalid):
-		status, msg = http.StatusBadRequest, err.Error()
+		status, msg = http.StatusBadRequest, message(err)
 	case errors.Is(err, model.ErrRateLimited):
-		status, msg = http.StatusTooManyRequests, err.Error()
+		status, msg = http.StatusTooManyRequests, message(err)
 		retry := time.Second
 		if errors.As(err, &limit) {
 			retry = limit.RetryAfter
 		}
 		w.Header().Set("Retry-After", strconv.Itoa(int((retry+time.Second-1)/time.Second)))
 	case errors.Is(err, model.ErrUnavailable):
-		status, msg = http.StatusServiceUnavailable, err.Error()
+		status, msg = http.StatusServiceUnavailable, message(err)
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		return // the client went away
 	default:

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock/airlock/internal/controller"
 	"github.com/airlock/airlock/internal/events"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/service"
@@ -83,7 +84,7 @@ func newEnv(t *testing.T) *env {
 	}))
 	t.Cleanup(e.dp.Close)
 	now := time.Now().UTC()
-	if err := st.UpsertWorker(ctx, model.Worker{ID: "w1", DataPlaneURL: e.dp.URL, InternalURL: e.dp.URL, Runtimes: []string{"gvisor"},
+	if err := st.UpsertWorker(ctx, model.Worker{ID: "w1", DataPlaneURL: e.dp.URL, InternalURL: e.dp.URL, Runtimes: model.NamedRuntimes("gvisor"),
 		Templates: []string{baseDigest}, CapacityMiB: 8192, CapacityVCPUs: 8, LastHeartbeat: now, CreatedAt: now}); err != nil {
 		t.Fatalf("upsert worker: %v", err)
 	}
@@ -130,7 +131,13 @@ func (e *env) complete(ctx context.Context) {
 					continue
 				}
 				op.State = model.OpSucceeded
-				if _, _, err := e.st.UpdateSandboxAndOperation(ctx, sb, op); err == nil {
+				if err := e.st.InTx(ctx, func(tx store.Tx) error {
+					if _, err := tx.UpdateSandbox(ctx, sb); err != nil {
+						return err
+					}
+					_, err := tx.UpdateOperation(ctx, op)
+					return err
+				}); err == nil {
 					e.svc.Events.Sandbox(ctx, sb)
 					e.svc.Events.Operation(ctx, op)
 				}
@@ -351,28 +358,37 @@ func TestPagination(t *testing.T) {
 	}
 }
 
-func TestTimeoutAndReaper(t *testing.T) {
+// expire runs one round of the controller, which acts on expired sandboxes
+// (its expiry rule), on e's store and clock.
+func (e *env) expire() {
+	e.t.Helper()
+	c := controller.New(controller.Config{Store: e.st, Events: e.svc.Events, Now: e.now})
+	if err := c.ReconcileAll(e.ctx); err != nil {
+		e.t.Fatalf("controller round: %v", err)
+	}
+}
+
+func TestTimeoutAndExpiry(t *testing.T) {
 	e := newEnv(t)
 	keep := e.create(`{"templateID":"base","timeout":600}`)
 	sb := e.create(`{"templateID":"base","timeout":600}`)
 	if r := e.do("POST", "/sandboxes/"+sb.SandboxID+"/timeout", `{"timeout":5}`); r.status != 204 {
 		t.Fatalf("timeout: %d %s", r.status, r.body)
 	}
-	if err := e.a.Reap(e.ctx); err != nil {
-		t.Fatal(err)
+	if got, _ := e.st.GetSandbox(e.ctx, sb.SandboxID); got.OnExpiry != model.ExpiryDelete {
+		t.Fatalf("an E2B sandbox without autoPause has on_expiry %q; want %q", got.OnExpiry, model.ExpiryDelete)
 	}
+	e.expire()
 	if got, _ := e.st.GetSandbox(e.ctx, sb.SandboxID); got.DesiredState == model.StateDeleted {
-		t.Fatal("reaped before its expiry")
+		t.Fatal("deleted before its expiry")
 	}
 	e.advance(10 * time.Second)
-	if err := e.a.Reap(e.ctx); err != nil {
-		t.Fatal(err)
-	}
+	e.expire()
 	if got, _ := e.st.GetSandbox(e.ctx, sb.SandboxID); got.DesiredState != model.StateDeleted {
 		t.Fatalf("expired sandbox has desired state %s; want deleted", got.DesiredState)
 	}
 	if got, _ := e.st.GetSandbox(e.ctx, keep.SandboxID); got.DesiredState == model.StateDeleted {
-		t.Fatal("a sandbox that had not expired was reaped")
+		t.Fatal("a sandbox that had not expired was deleted")
 	}
 	// refreshes extends, never shortens.
 	if r := e.do("POST", "/sandboxes/"+keep.SandboxID+"/refreshes", `{"duration":1}`); r.status != 204 {
@@ -586,7 +602,7 @@ func TestRouterStreams(t *testing.T) {
 	}
 }
 
-func TestReaperSuspendsAutoPause(t *testing.T) {
+func TestExpirySuspendsAutoPause(t *testing.T) {
 	e := newEnv(t)
 	sb := e.create(`{"templateID":"base","timeout":60,"autoPause":true}`)
 	var d sandboxDetail
@@ -594,10 +610,11 @@ func TestReaperSuspendsAutoPause(t *testing.T) {
 	if d.Lifecycle.OnTimeout != "pause" || len(d.Metadata) != 0 {
 		t.Fatalf("detail lifecycle %+v metadata %v; want onTimeout pause and no reserved keys", d.Lifecycle, d.Metadata)
 	}
-	e.advance(2 * time.Minute)
-	if err := e.a.Reap(e.ctx); err != nil {
-		t.Fatal(err)
+	if got, _ := e.st.GetSandbox(e.ctx, sb.SandboxID); got.OnExpiry != model.ExpirySuspend || len(got.Metadata) != 0 {
+		t.Fatalf("autoPause stored as on_expiry %q, metadata %v; want %q and no metadata", got.OnExpiry, got.Metadata, model.ExpirySuspend)
 	}
+	e.advance(2 * time.Minute)
+	e.expire()
 	got, _ := e.st.GetSandbox(e.ctx, sb.SandboxID)
 	if got.DesiredState == model.StateDeleted {
 		t.Fatal("an autoPause sandbox was deleted at its timeout")

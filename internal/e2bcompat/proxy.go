@@ -21,6 +21,7 @@ import (
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/service"
 	"github.com/airlock/airlock/internal/token"
+	"github.com/airlock/airlock/internal/workerapi"
 )
 
 // Headers of sandbox traffic.
@@ -31,7 +32,7 @@ const (
 	// HeaderDataPlaneToken carries the server-signed envd token from the
 	// router to the worker's /e2b route (Authorization is the user's: envd
 	// reads the run-as user from it).
-	HeaderDataPlaneToken = "X-Airlock-Dataplane-Token"
+	HeaderDataPlaneToken = workerapi.HeaderDataPlaneToken
 )
 
 // maxRPCBody caps the body of an envd RPC (file bytes go through /files).
@@ -155,7 +156,7 @@ func (rt *router) wrap(next http.Handler) http.Handler {
 
 func (rt *router) serve(w http.ResponseWriter, r *http.Request, t target) {
 	ctx := r.Context()
-	sb, err := rt.s.svc.Store.GetSandbox(ctx, t.sandboxID)
+	sb, err := rt.s.svc.Route(ctx, t.sandboxID)
 	if errors.Is(err, model.ErrNotFound) || err == nil && e2bState(sb) == "" {
 		writeSandboxError(w, t.sandboxID, http.StatusBadGateway, "The sandbox was not found")
 		return
@@ -178,7 +179,7 @@ func (rt *router) serve(w http.ResponseWriter, r *http.Request, t target) {
 			rt.s.log.Error("e2b sandbox traffic: traffic token", "sandbox", sb.ID, "err", err)
 			status, err = http.StatusBadGateway, errors.New("signing key unavailable")
 		}
-		writeSandboxError(w, t.sandboxID, status, err.Error())
+		writeSandboxError(w, t.sandboxID, status, message(err))
 		return
 	}
 	release, ok := rt.acquire(sb.ID)
@@ -220,10 +221,10 @@ func (rt *router) serve(w http.ResponseWriter, r *http.Request, t target) {
 		out.Body = http.MaxBytesReader(w, r.Body, maxRPCBody)
 	}
 	stripCredentials(out.Header, t.port == EnvdPort)
-	out.URL.Path = "/e2b/" + sb.ID + "/" + strconv.Itoa(t.port) + r.URL.Path
+	out.URL.Path = workerapi.E2BPath(sb.ID, t.port) + r.URL.Path
 	out.URL.RawPath = ""
 	if r.URL.RawPath != "" {
-		out.URL.RawPath = "/e2b/" + sb.ID + "/" + strconv.Itoa(t.port) + r.URL.RawPath
+		out.URL.RawPath = workerapi.E2BPath(sb.ID, t.port) + r.URL.RawPath
 	}
 	out.Header.Set(HeaderDataPlaneToken, tok)
 	if h != nil {
@@ -298,14 +299,14 @@ func (rt *router) worker(ctx context.Context, sb model.Sandbox) (http.Handler, s
 			return h, "", nil
 		}
 	}
-	wk, err := rt.s.svc.Store.GetWorker(ctx, sb.WorkerID)
+	base, err := rt.s.svc.DataPlaneURL(ctx, sb.WorkerID)
 	if err != nil {
 		return nil, "", fmt.Errorf("worker %s of the sandbox is unknown: %v", sb.WorkerID, err)
 	}
-	if wk.DataPlaneURL == "" {
-		return nil, "", fmt.Errorf("worker %s has no data-plane URL", wk.ID)
+	if base == "" {
+		return nil, "", fmt.Errorf("worker %s has no data-plane URL", sb.WorkerID)
 	}
-	return nil, wk.DataPlaneURL, nil
+	return nil, base, nil
 }
 
 func (rt *router) proxy(base string) *httputil.ReverseProxy {

@@ -10,13 +10,12 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/airlock/airlock/internal/api/apitypes"
 	"github.com/airlock/airlock/internal/service"
 )
 
 // nativeSandbox creates a sandbox through the native service (as
 // POST /v1/sandboxes does) and waits until the stand-in controller runs it.
-func (e *env) nativeSandbox(req apitypes.CreateSandboxRequest) string {
+func (e *env) nativeSandbox(req service.CreateParams) string {
 	e.t.Helper()
 	p := service.Principal{OrgID: service.DefaultOrgID}
 	sb, op, err := e.svc.CreateSandbox(e.ctx, p, req, "")
@@ -69,7 +68,7 @@ func TestPortsNeedTrafficToken(t *testing.T) {
 	e := newEnv(t)
 	p := service.Principal{OrgID: service.DefaultOrgID}
 
-	native := e.nativeSandbox(apitypes.CreateSandboxRequest{})
+	native := e.nativeSandbox(service.CreateParams{})
 	sb, err := e.st.GetSandbox(e.ctx, native)
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +77,7 @@ func TestPortsNeedTrafficToken(t *testing.T) {
 	if err != nil || !strings.HasPrefix(tok, "tt_") {
 		t.Fatalf("traffic token %q, %v", tok, err)
 	}
-	other := e.nativeSandbox(apitypes.CreateSandboxRequest{})
+	other := e.nativeSandbox(service.CreateParams{})
 	otherSB, _ := e.st.GetSandbox(e.ctx, other)
 	otherTok, _ := e.svc.TrafficToken(e.ctx, otherSB)
 	envd := e.create(`{"templateID":"base"}`).EnvdAccessToken
@@ -95,7 +94,7 @@ func TestPortsNeedTrafficToken(t *testing.T) {
 	// envd's own port keeps envd's rule (the access token), not the traffic token.
 	wantSandboxError(t, "envd with a traffic token", e.do("POST", "/process.Process/List", "{}", HeaderSandboxID, native, service.TrafficTokenHeader, tok), 401, "access token")
 
-	public := e.nativeSandbox(apitypes.CreateSandboxRequest{PublicTraffic: true})
+	public := e.nativeSandbox(service.CreateParams{PublicTraffic: true})
 	if r := e.port(public); r.status != 200 {
 		t.Fatalf("native public_traffic: %d %s; want 200", r.status, r.body)
 	}

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/airlock/airlock/internal/api/apitypes"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/service"
 	"github.com/airlock/airlock/internal/token"
@@ -299,15 +298,16 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p service.Princi
 		}
 		md[k] = v
 	}
+	onExpiry := model.ExpiryDelete
 	if req.AutoPause {
-		md[metaOnTimeout] = "pause"
+		onExpiry = model.ExpirySuspend
 	}
 	ref := templateRef(req.TemplateID)
 	if req.TemplateID != "" && req.TemplateID != ref {
 		md[metaAlias] = req.TemplateID
 	}
-	sb, op, err := s.svc.CreateSandbox(r.Context(), p, apitypes.CreateSandboxRequest{
-		Template: ref, Env: req.EnvVars, Metadata: md, TimeoutS: timeout, PublicTraffic: public,
+	sb, op, err := s.svc.CreateSandbox(r.Context(), p, service.CreateParams{
+		Template: ref, Env: req.EnvVars, Metadata: md, TimeoutS: timeout, OnExpiry: onExpiry, PublicTraffic: public,
 	}, r.Header.Get("Idempotency-Key"))
 	if err != nil {
 		return err
@@ -347,7 +347,7 @@ func (s *server) waitOp(ctx context.Context, p service.Principal, op model.Opera
 
 func (s *server) list(w http.ResponseWriter, r *http.Request, p service.Principal) error {
 	q := r.URL.Query()
-	f := apitypes.SandboxFilter{Cursor: q.Get("nextToken")}
+	f := service.ListParams{Cursor: q.Get("nextToken")}
 	states := []string{"running", "paused"}
 	if vs := q["state"]; len(vs) > 0 {
 		states = nil
@@ -424,7 +424,7 @@ func (s *server) get(w http.ResponseWriter, r *http.Request, p service.Principal
 		return err
 	}
 	onTimeout := "kill"
-	if sb.Metadata[metaOnTimeout] == "pause" {
+	if sb.OnExpiry == model.ExpirySuspend {
 		onTimeout = "pause"
 	}
 	traffic, err := s.trafficToken(r.Context(), sb)
@@ -597,12 +597,12 @@ func (s *server) connectOrResume(w http.ResponseWriter, r *http.Request, p servi
 	// The TTL is measured from now: a resumed sandbox gets it afresh, a
 	// running one only has it extended (E2B's default is 300 s). A sandbox
 	// without expiry (a native one) keeps none, except one that autoPause
-	// suspended (the reaper cleared its expiry).
+	// suspended (the controller cleared its expiry).
 	timeout := DefaultTimeout
 	if req.Timeout != nil && *req.Timeout > 0 {
 		timeout = *req.Timeout
 	}
-	if sb.ExpiresAt != nil || sb.Metadata[metaOnTimeout] == "pause" && status == http.StatusCreated {
+	if sb.ExpiresAt != nil || sb.OnExpiry == model.ExpirySuspend && status == http.StatusCreated {
 		if sb, err = s.svc.SetSandboxTimeout(r.Context(), p, id, time.Duration(timeout)*time.Second, status == http.StatusOK); err != nil {
 			return err
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/airlock/airlock/internal/agentapi"
 	"github.com/airlock/airlock/internal/client"
 	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/testenv"
 )
 
 // stack is one running Airlock: a server process and a worker process.
@@ -51,8 +52,8 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	if os.Geteuid() != 0 {
-		skipWhy = "end-to-end tests need root (runsc, cgroups); run them with sudo"
+	if why := testenv.RootReason("end-to-end tests run a server and a worker over runsc and cgroups"); why != "" {
+		skipWhy = why
 	}
 	code := m.Run()
 	if st != nil {
@@ -67,7 +68,7 @@ func TestMain(m *testing.M) {
 func need(t *testing.T) *stack {
 	t.Helper()
 	if skipWhy != "" {
-		t.Skip("SKIP: " + skipWhy)
+		t.Skip(skipWhy)
 	}
 	stackOnce.Do(func() {
 		if stackLock, stackErr = lockStack(); stackErr == nil {

@@ -23,11 +23,14 @@ const (
 
 // Log publishes events. Waiters use Changed() to learn that new events (or
 // any state change) may exist; SSE streams Subscribe to the one fan-out
-// instead of each reading the store per wake-up.
+// instead of each reading the store per wake-up. With Listen running,
+// other servers' appends to the same database wake them too.
 type Log struct {
 	Store store.Store
-	bc    notify.Broadcaster
-	feed  feed // the one fan-out to SSE streams (Subscribe)
+	// Now dates the events (nil: time.Now); servers pass their clock.
+	Now  func() time.Time
+	bc   notify.Broadcaster
+	feed feed // the one fan-out to SSE streams (Subscribe)
 }
 
 // New returns a Log over st.
@@ -38,6 +41,30 @@ func (l *Log) Changed() <-chan struct{} { return l.bc.C() }
 
 // Wake wakes waiters without writing an event (e.g. a worker heartbeat).
 func (l *Log) Wake() { l.bc.Notify() }
+
+// Listen wakes the Log's waiters — Changed, hence long polls and the
+// controller, and Subscribe, hence SSE streams — whenever another store on
+// the same database (another server's, on PostgreSQL) appends events,
+// until ctx ends. It returns at once if the store cannot tell
+// (store.Notifier). Servers run it for their lifetime.
+func (l *Log) Listen(ctx context.Context) {
+	if n, ok := l.Store.(store.Notifier); ok {
+		n.Listen(ctx, l.remoteAppended)
+	}
+}
+
+// remoteAppended wakes the waiters after another store's append. A feed
+// that is not running forgets its cursor: events it did not see pass it,
+// and the next feed starts at the end of the log, not behind them.
+func (l *Log) remoteAppended() {
+	f := &l.feed
+	f.mu.Lock()
+	if !f.running {
+		f.known = false
+	}
+	f.mu.Unlock()
+	l.bc.Notify()
+}
 
 // Sandbox records sb's current state, without its env: the log is kept
 // and served to every stream of the org, and env values are often secrets
@@ -58,7 +85,11 @@ func (l *Log) append(ctx context.Context, ev model.Event, v any) error {
 		return fmt.Errorf("events: encode %s: %w", ev.Type, err)
 	}
 	ev.Data = data
-	ev.Time = time.Now().UTC()
+	if l.Now != nil {
+		ev.Time = l.Now().UTC()
+	} else {
+		ev.Time = time.Now().UTC()
+	}
 	got, err := l.Store.AppendEvent(ctx, ev)
 	if err != nil {
 		return fmt.Errorf("events: append %s: %w", ev.Type, err)

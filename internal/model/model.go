@@ -31,21 +31,40 @@ var (
 	// ErrQuotaExceeded is a kind of ErrRateLimited (adapters that know no
 	// better answer 429): an org is at one of its quotas.
 	ErrQuotaExceeded = fmt.Errorf("quota exceeded: %w", ErrRateLimited)
+	// ErrGone is a kind of ErrNotFound: the thing existed and is no longer
+	// kept (a command's output after its retention). The internal surfaces
+	// answer it 410 "gone"; the public API, which has no such answer, 404.
+	ErrGone = fmt.Errorf("gone: %w", ErrNotFound)
 )
 
 // Errorf wraps a sentinel with a user-facing message: errors.Is still finds the
-// sentinel, and Error() returns only the message.
+// sentinel, and Error() returns only the message. The format may wrap a
+// cause with %w (as fmt.Errorf): errors.Is and errors.As then find the
+// cause too.
 func Errorf(kind error, format string, args ...any) error {
-	return &kindError{kind: kind, msg: fmt.Sprintf(format, args...)}
+	err := fmt.Errorf(format, args...)
+	e := &kindError{kind: kind, msg: err.Error()}
+	switch err.(type) {
+	case interface{ Unwrap() error }, interface{ Unwrap() []error }:
+		e.cause = err
+	}
+	return e
 }
 
 type kindError struct {
-	kind error
-	msg  string
+	kind  error
+	msg   string
+	cause error // the fmt error that wraps the %w operands, if any
 }
 
 func (e *kindError) Error() string { return e.msg }
-func (e *kindError) Unwrap() error { return e.kind }
+
+func (e *kindError) Unwrap() []error {
+	if e.cause == nil {
+		return []error{e.kind}
+	}
+	return []error{e.kind, e.cause}
+}
 
 // SandboxState is where a sandbox is in its lifecycle.
 type SandboxState string
@@ -108,6 +127,9 @@ type Sandbox struct {
 	UpdatedAt      time.Time         `json:"updated_at"`
 	LastActivityAt time.Time         `json:"last_activity_at"`
 	ExpiresAt      *time.Time        `json:"expires_at,omitempty"`
+	// OnExpiry is what the controller does once ExpiresAt has passed
+	// (empty: ExpiryDelete).
+	OnExpiry ExpiryAction `json:"on_expiry,omitempty"`
 
 	// Lifecycle (issue "Lifecycle"). IdleSuspendS is resolved at create from
 	// the request, the org, or DefaultIdleSuspend; 0 disables it.
@@ -140,6 +162,19 @@ type Sandbox struct {
 	// its template) or "snapshot" (its Source).
 	StartedFrom string `json:"started_from,omitempty"`
 }
+
+// ExpiryAction is what happens to a sandbox when its ExpiresAt passes
+// (Sandbox.OnExpiry), through the ordinary lifecycle: an operation, events.
+type ExpiryAction string
+
+const (
+	// ExpiryDelete deletes the sandbox (the default; E2B's "kill").
+	ExpiryDelete ExpiryAction = "delete"
+	// ExpirySuspend suspends a running sandbox and clears its expiry (E2B's
+	// autoPause, lifecycle.onTimeout "pause"); a paused one stays paused
+	// and loses its expiry; one that cannot be suspended then is deleted.
+	ExpirySuspend ExpiryAction = "suspend"
+)
 
 // How a sandbox was started (Sandbox.StartedFrom).
 const (
@@ -308,15 +343,118 @@ type Template struct {
 
 // Worker is one host that runs sandboxes.
 type Worker struct {
-	ID            string    `json:"id"`
-	DataPlaneURL  string    `json:"data_plane_url"` // base URL clients attach to
-	InternalURL   string    `json:"internal_url"`   // base URL the server calls
-	Runtimes      []string  `json:"runtimes"`
-	Templates     []string  `json:"templates"` // digests present on the worker
-	CapacityMiB   int       `json:"capacity_mib"`
-	CapacityVCPUs int       `json:"capacity_vcpus"`
-	LastHeartbeat time.Time `json:"last_heartbeat"`
-	CreatedAt     time.Time `json:"created_at"`
+	ID           string `json:"id"`
+	DataPlaneURL string `json:"data_plane_url"` // base URL clients attach to
+	InternalURL  string `json:"internal_url"`   // base URL the server calls
+	// Runtimes are the runtimes the worker offers, with what each can do.
+	Runtimes      []RuntimeInfo `json:"runtimes"`
+	Templates     []string      `json:"templates"` // digests present on the worker
+	CapacityMiB   int           `json:"capacity_mib"`
+	CapacityVCPUs int           `json:"capacity_vcpus"`
+	LastHeartbeat time.Time     `json:"last_heartbeat"`
+	CreatedAt     time.Time     `json:"created_at"`
+}
+
+// RuntimeCaps are the optional powers of a runtime, as its driver declares
+// them (internal/runtime: Info) and its worker registers them. Placement
+// (internal/scheduler) and the service's gates decide on them, never on a
+// runtime's name.
+type RuntimeCaps struct {
+	// Pause: freeze a sandbox in memory and thaw it.
+	Pause bool `json:"pause,omitempty"`
+	// Snapshot: suspend and wake (write a sandbox's state and stop it,
+	// restore it later under the same id), and template images.
+	Snapshot bool `json:"snapshot,omitempty"`
+	// LeaveRunning: checkpoints of a sandbox that keep it running, the
+	// start of the snapshot features users see (checkpoints, rollback,
+	// forks of a checkpoint, export and import).
+	LeaveRunning bool `json:"leave_running,omitempty"`
+	// Fork: one snapshot restores several times, under new ids.
+	Fork bool `json:"fork,omitempty"`
+	// Network: the guest has a network device (not only loopback).
+	Network bool `json:"network,omitempty"`
+}
+
+// Has reports whether c has every power need asks for.
+func (c RuntimeCaps) Has(need RuntimeCaps) bool {
+	return (c.Pause || !need.Pause) && (c.Snapshot || !need.Snapshot) && (c.LeaveRunning || !need.LeaveRunning) &&
+		(c.Fork || !need.Fork) && (c.Network || !need.Network)
+}
+
+// And is the powers both c and o have.
+func (c RuntimeCaps) And(o RuntimeCaps) RuntimeCaps {
+	return RuntimeCaps{Pause: c.Pause && o.Pause, Snapshot: c.Snapshot && o.Snapshot, LeaveRunning: c.LeaveRunning && o.LeaveRunning,
+		Fork: c.Fork && o.Fork, Network: c.Network && o.Network}
+}
+
+// RuntimeInfo is one runtime a worker offers and what it can do.
+type RuntimeInfo struct {
+	Name string      `json:"name"`
+	Caps RuntimeCaps `json:"caps"`
+}
+
+// UnmarshalJSON also reads a bare name, as workers registered (and stores
+// kept) before runtimes declared their powers: such a runtime gets
+// LegacyRuntimeInfo.
+func (r *RuntimeInfo) UnmarshalJSON(b []byte) error {
+	var name string
+	if err := json.Unmarshal(b, &name); err == nil {
+		*r = LegacyRuntimeInfo(name)
+		return nil
+	}
+	type plain RuntimeInfo
+	return json.Unmarshal(b, (*plain)(r))
+}
+
+// LegacyRuntimeInfo is what a runtime named by a worker that did not
+// declare its powers (a version before RuntimeCaps) could do: those
+// versions knew only gvisor (every power but a network device), qemu (pause,
+// suspend and template images; a network device; checkpoints were
+// gvisor's only) and "auto" (what both have). Workers that declare their
+// powers are taken at their word; nothing else consults this.
+func LegacyRuntimeInfo(name string) RuntimeInfo {
+	gvisor := RuntimeCaps{Pause: true, Snapshot: true, LeaveRunning: true, Fork: true}
+	qemu := RuntimeCaps{Pause: true, Snapshot: true, Fork: true, Network: true}
+	switch name {
+	case "gvisor":
+		return RuntimeInfo{Name: name, Caps: gvisor}
+	case "qemu":
+		return RuntimeInfo{Name: name, Caps: qemu}
+	case "auto":
+		return RuntimeInfo{Name: name, Caps: gvisor.And(qemu)}
+	}
+	return RuntimeInfo{Name: name}
+}
+
+// LegacyRuntimes is LegacyRuntimeInfo of every runtime it knows.
+func LegacyRuntimes() []RuntimeInfo { return NamedRuntimes("gvisor", "qemu", "auto") }
+
+// NamedRuntimes is LegacyRuntimeInfo of each name.
+func NamedRuntimes(names ...string) []RuntimeInfo {
+	out := make([]RuntimeInfo, 0, len(names))
+	for _, n := range names {
+		out = append(out, LegacyRuntimeInfo(n))
+	}
+	return out
+}
+
+// Runtime returns the runtime w offers under name.
+func (w Worker) Runtime(name string) (RuntimeInfo, bool) {
+	for _, r := range w.Runtimes {
+		if r.Name == name {
+			return r, true
+		}
+	}
+	return RuntimeInfo{}, false
+}
+
+// RuntimeNames lists the names of the runtimes w offers.
+func (w Worker) RuntimeNames() []string {
+	out := make([]string, 0, len(w.Runtimes))
+	for _, r := range w.Runtimes {
+		out = append(out, r.Name)
+	}
+	return out
 }
 
 // Event is one entry in the ordered log behind the SSE streams.

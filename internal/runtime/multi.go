@@ -10,7 +10,9 @@ import (
 
 // Multi is a Driver over several drivers, one per runtime name: Start and
 // Restore pick the driver by Spec.Runtime ("" means Default); calls by id
-// go to whichever driver has the id.
+// go to whichever driver has the id. A call for a power the sandbox's
+// runtime does not declare (see Describe) fails with ErrUnsupported; Infos
+// reports every runtime's powers.
 type Multi struct {
 	Drivers map[string]Driver
 	Default string
@@ -41,6 +43,7 @@ var (
 	_ Driver      = (*Multi)(nil)
 	_ Pauser      = (*Multi)(nil)
 	_ Snapshotter = (*Multi)(nil)
+	_ Describer   = (*Multi)(nil)
 )
 
 // Name lists the runtimes, default first.
@@ -81,6 +84,42 @@ func (m *Multi) Offered() []string {
 		names = append(names, Auto)
 	}
 	return names
+}
+
+// Infos describes each runtime of Offered, under its name in Drivers;
+// "auto" has the powers every offered runtime has (it may land on any).
+func (m *Multi) Infos(ctx context.Context) []Info {
+	var out []Info
+	var auto *Caps
+	for _, n := range m.Offered() {
+		if n == Auto {
+			out = append(out, Info{Name: Auto, Caps: *auto})
+			continue
+		}
+		info := m.info(ctx, n)
+		out = append(out, info)
+		if auto == nil {
+			auto = &info.Caps
+		} else {
+			c := auto.And(info.Caps)
+			auto = &c
+		}
+	}
+	return out
+}
+
+// Describe is the default runtime's Info.
+func (m *Multi) Describe(ctx context.Context) Info { return m.info(ctx, m.Default) }
+
+// info is runtime name's Info, named as in Drivers.
+func (m *Multi) info(ctx context.Context, name string) Info {
+	d, ok := m.Drivers[name]
+	if !ok {
+		return Info{Name: name}
+	}
+	info := Describe(ctx, d)
+	info.Name = name
+	return info
 }
 
 // Unavailable maps each runtime known to be unavailable to its reason.
@@ -132,15 +171,23 @@ func (m *Multi) pick(name string) (string, Driver, error) {
 	return name, d, nil
 }
 
-// owner finds the driver that has id: the one remembered, else the first
-// whose List has it.
-func (m *Multi) owner(ctx context.Context, id string) (Driver, error) {
+// Resolve names the runtime a Start or Restore for runtime name lands on
+// ("" and "auto" resolved as they would be), so that a caller can prepare
+// for that runtime (its network) and pass that name on.
+func (m *Multi) Resolve(name string) (string, error) {
+	n, _, err := m.pick(name)
+	return n, err
+}
+
+// owner finds the driver that has id, and its name: the one remembered,
+// else the first whose List has it.
+func (m *Multi) owner(ctx context.Context, id string) (string, Driver, error) {
 	m.mu.Lock()
 	name, ok := m.owners[id]
 	m.mu.Unlock()
 	if ok {
 		if d, ok := m.Drivers[name]; ok {
-			return d, nil
+			return name, d, nil
 		}
 	}
 	for _, name := range m.Names() {
@@ -150,14 +197,14 @@ func (m *Multi) owner(ctx context.Context, id string) (Driver, error) {
 			if skippable(d, err) {
 				continue
 			}
-			return nil, err
+			return "", nil, err
 		}
 		if slices.Contains(ids, id) {
 			m.remember(id, name)
-			return d, nil
+			return name, d, nil
 		}
 	}
-	return nil, ErrNotFound
+	return "", nil, ErrNotFound
 }
 
 func (m *Multi) Start(ctx context.Context, spec Spec) (Sandbox, error) {
@@ -170,7 +217,7 @@ func (m *Multi) Start(ctx context.Context, spec Spec) (Sandbox, error) {
 }
 
 func (m *Multi) Adopt(ctx context.Context, id string) (Sandbox, error) {
-	d, err := m.owner(ctx, id)
+	_, d, err := m.owner(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -222,7 +269,7 @@ func (m *Multi) List(ctx context.Context) ([]string, error) {
 }
 
 func (m *Multi) Status(ctx context.Context, id string) (Status, error) {
-	d, err := m.owner(ctx, id)
+	_, d, err := m.owner(ctx, id)
 	if errors.Is(err, ErrNotFound) {
 		return StatusGone, nil
 	}
@@ -232,38 +279,49 @@ func (m *Multi) Status(ctx context.Context, id string) (Status, error) {
 	return d.Status(ctx, id)
 }
 
-func (m *Multi) Pause(ctx context.Context, id string) error {
-	d, err := m.owner(ctx, id)
+// pauser is the Pauser of sandbox id's runtime, if it declares Pause.
+func (m *Multi) pauser(ctx context.Context, id, what string) (Pauser, error) {
+	name, d, err := m.owner(ctx, id)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	p, ok := d.(Pauser)
-	if !ok {
-		return fmt.Errorf("runtime %s cannot pause sandboxes", d.Name())
+	if !ok || !m.info(ctx, name).Caps.Pause {
+		return nil, Unsupported(name, "pause", what)
+	}
+	return p, nil
+}
+
+func (m *Multi) Pause(ctx context.Context, id string) error {
+	p, err := m.pauser(ctx, id, "pause sandboxes")
+	if err != nil {
+		return err
 	}
 	return p.Pause(ctx, id)
 }
 
 func (m *Multi) Resume(ctx context.Context, id string) error {
-	d, err := m.owner(ctx, id)
+	p, err := m.pauser(ctx, id, "resume sandboxes")
 	if err != nil {
 		return err
-	}
-	p, ok := d.(Pauser)
-	if !ok {
-		return fmt.Errorf("runtime %s cannot resume sandboxes", d.Name())
 	}
 	return p.Resume(ctx, id)
 }
 
+// Checkpoint needs Snapshot of the sandbox's runtime, and LeaveRunning too
+// when it is to keep the sandbox running.
 func (m *Multi) Checkpoint(ctx context.Context, id, dir string, leaveRunning bool) error {
-	d, err := m.owner(ctx, id)
+	name, d, err := m.owner(ctx, id)
 	if err != nil {
 		return err
 	}
 	s, ok := d.(Snapshotter)
-	if !ok {
-		return fmt.Errorf("runtime %s cannot snapshot sandboxes", d.Name())
+	caps := m.info(ctx, name).Caps
+	switch {
+	case !ok || !caps.Snapshot:
+		return Unsupported(name, "snapshot", "snapshot sandboxes")
+	case leaveRunning && !caps.LeaveRunning:
+		return Unsupported(name, "leave_running", "checkpoint a sandbox and leave it running")
 	}
 	return s.Checkpoint(ctx, id, dir, leaveRunning)
 }
@@ -274,8 +332,8 @@ func (m *Multi) Restore(ctx context.Context, spec Spec, dir string) (Sandbox, er
 		return nil, err
 	}
 	s, ok := d.(Snapshotter)
-	if !ok {
-		return nil, fmt.Errorf("runtime %s cannot restore sandboxes", d.Name())
+	if !ok || !m.info(ctx, name).Caps.Snapshot {
+		return nil, Unsupported(name, "snapshot", "restore sandboxes")
 	}
 	m.remember(spec.ID, name)
 	return s.Restore(ctx, spec, dir)

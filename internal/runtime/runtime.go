@@ -1,18 +1,26 @@
 // Package runtime defines the driver interface every isolation backend
-// implements (gvisor today; qemu next) and the optional capability interfaces
-// found by type assertion. internal/runtime/runtimetest is the conformance
-// suite that every driver runs.
+// implements (gvisor, qemu, and the in-process fake for tests) and the
+// optional capability interfaces found by type assertion. A driver declares
+// what it can do in its Info (Describer): its worker registers that with
+// the control plane, which places and gates on it; a power a driver does not
+// declare is refused with ErrUnsupported. internal/runtime/runtimetest is
+// the conformance suite that every driver runs.
 //
 // A driver owns everything it creates for a sandbox (processes, mounts,
 // cgroups, namespaces, temp dirs) and must release all of it in Delete, even
 // after a crash of the worker: Delete of an id the driver half-created, or
-// that a previous worker process created, must still clean up.
+// that a previous worker process created, must still clean up. The
+// sandbox's network is not the driver's: the worker's internal/network
+// makes it, hands it over in Spec.Network and releases it after Delete.
 package runtime
 
 import (
 	"context"
 	"errors"
 	"net"
+	"net/netip"
+
+	"github.com/airlock/airlock/internal/model"
 )
 
 // ErrNotFound is returned for a sandbox id the driver does not know.
@@ -44,6 +52,55 @@ type Availability interface {
 	Unavailable() error
 }
 
+// ErrUnsupported marks a call for a power the sandbox's runtime does not
+// have (does not declare in its Info): pausing on a runtime without Pause,
+// a checkpoint that leaves the sandbox running without LeaveRunning. The
+// error that wraps it names the runtime and the power.
+var ErrUnsupported = errors.New("not supported by the runtime")
+
+// Info is what a runtime is and can do: its name and its powers
+// (model.RuntimeCaps). It is the same record a worker registers.
+type Info = model.RuntimeInfo
+
+// Caps are a runtime's optional powers.
+type Caps = model.RuntimeCaps
+
+// Describer is implemented by drivers that declare their Info. Every driver
+// of this module does; see Describe for one that does not.
+type Describer interface {
+	Describe(ctx context.Context) Info
+}
+
+// Describe returns d's Info: what d declares, or, for a driver that does
+// not implement Describer, its name and the powers its interfaces imply
+// (Pauser: Pause; Snapshotter: Snapshot, LeaveRunning and Fork).
+func Describe(ctx context.Context, d Driver) Info {
+	if ds, ok := d.(Describer); ok {
+		return ds.Describe(ctx)
+	}
+	info := Info{Name: d.Name()}
+	_, info.Caps.Pause = d.(Pauser)
+	if _, ok := d.(Snapshotter); ok {
+		info.Caps.Snapshot, info.Caps.LeaveRunning, info.Caps.Fork = true, true, true
+	}
+	return info
+}
+
+// Unsupported is the error for a call that needs power capability (a
+// model.RuntimeCaps JSON name: "pause", "snapshot", "leave_running",
+// "fork", "network") of runtime name, which it lacks; what words the call
+// ("pause sandboxes"). It matches ErrUnsupported.
+func Unsupported(name, capability, what string) error {
+	return &unsupportedError{name, capability, what}
+}
+
+type unsupportedError struct{ runtime, capability, what string }
+
+func (e *unsupportedError) Error() string {
+	return "runtime " + e.runtime + " cannot " + e.what + " (it does not declare " + e.capability + "): " + ErrUnsupported.Error()
+}
+func (e *unsupportedError) Unwrap() error { return ErrUnsupported }
+
 // Spec describes one sandbox to start.
 type Spec struct {
 	ID        string // unique, fixed length (runsc matches ids by prefix)
@@ -56,6 +113,31 @@ type Spec struct {
 	Hostname string
 	// AgentArgs are extra arguments for the in-guest agent (PID 1).
 	AgentArgs []string
+	// Network is the sandbox's network as the worker's internal/network
+	// made it; the driver joins it and creates no network of its own.
+	Network Network
+}
+
+// Network is a sandbox's network, made (and released) by internal/network
+// before the driver starts the sandbox: the network namespace its runtime
+// processes join and the links in it that the guest's devices attach to.
+// The zero Network is loopback only, in a namespace the driver's isolation
+// makes anyway (gvisor's --network=none); a driver that needs more (a VM's
+// NIC) refuses it.
+type Network struct {
+	// Namespace is the path of a network namespace (/run/netns/airlock-<id>).
+	Namespace string `json:"namespace,omitempty"`
+	// Interfaces are the links in Namespace, one per guest device.
+	Interfaces []Interface `json:"interfaces,omitempty"`
+}
+
+// Interface is one link of a Network.
+type Interface struct {
+	// Name is the link's name in the namespace (a tap, "tap0", for a VM's NIC).
+	Name string `json:"name"`
+	// Addresses are the guest's addresses on it; none while nothing is
+	// routed beyond the namespace (an egress gateway assigns them).
+	Addresses []netip.Prefix `json:"addresses,omitempty"`
 }
 
 // Status is what the driver observes.

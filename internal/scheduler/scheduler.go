@@ -2,16 +2,92 @@
 // caller passes the workers, their current load and the request, and gets a
 // worker ID or an error that says why no worker fits. It does no I/O, so the
 // controller can call it inside a reconcile and tests can table it.
+//
+// Placement is a seam: the controller (and the service's import, through
+// the same instance) places through a Placer held in controller.Config;
+// Default (Pick over the workers with a fresh heartbeat) is the built-in
+// one. Another placer (a Kubernetes one, say, in a package of its own)
+// implements Placer and is set there. DefaultHeartbeatTTL is the one
+// heartbeat window of the server: placement, readiness (Ready) and the
+// worker API all count a worker live by it unless configured otherwise.
 package scheduler
 
 import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/airlock/airlock/internal/model"
 )
+
+// DefaultHeartbeatTTL is how old a worker's last heartbeat may be for it to
+// count as live: to take sandboxes and to make the server ready
+// (controller.Config.HeartbeatTTL defaults to it; the worker API refreshes
+// a long-polling worker's heartbeat every third of it).
+const DefaultHeartbeatTTL = 15 * time.Second
+
+// Cluster is what a placement sees: the candidate workers, what their
+// sandboxes already reserve (LoadOf) and the time.
+type Cluster struct {
+	Workers []model.Worker
+	Load    map[string]Load
+	Now     time.Time
+}
+
+// Placer decides which worker runs a sandbox. Place returns the ID of one
+// of c.Workers, or an error wrapping model.ErrUnavailable that says why
+// none fits (it becomes the pending sandbox's reason). It must not block:
+// the controller calls it while it decides a reconcile step, so a placer
+// that consults another system (a Kubernetes scheduler's view of its nodes)
+// decides from a cache it keeps current on its own. The caller has already
+// narrowed c.Workers to where the sandbox may go (a fork or an import: the
+// worker holding its snapshot).
+type Placer interface {
+	Place(c Cluster, req Request) (workerID string, err error)
+}
+
+// Default is the built-in placement: Pick among the workers whose last
+// heartbeat is within HeartbeatTTL (0: DefaultHeartbeatTTL).
+type Default struct {
+	HeartbeatTTL time.Duration
+}
+
+var _ Placer = Default{}
+
+// Place implements Placer with Pick.
+func (d Default) Place(c Cluster, req Request) (string, error) {
+	ttl := d.HeartbeatTTL
+	if ttl <= 0 {
+		ttl = DefaultHeartbeatTTL
+	}
+	return Pick(c.Workers, c.Load, req, c.Now, ttl)
+}
+
+// Ready returns nil when at least one of workers has sent a heartbeat
+// within ttl of now and has a template, so a sandbox can be placed;
+// otherwise an error wrapping model.ErrUnavailable that says what is
+// missing. Both the controller's readiness and the service's default use it.
+func Ready(workers []model.Worker, now time.Time, ttl time.Duration) error {
+	live := 0
+	for _, w := range workers {
+		if !Fresh(w, now, ttl) {
+			continue
+		}
+		live++
+		if len(w.Templates) > 0 {
+			return nil
+		}
+	}
+	if live == 0 {
+		if len(workers) == 0 {
+			return model.Errorf(model.ErrUnavailable, "no worker has registered")
+		}
+		return model.Errorf(model.ErrUnavailable, "no worker has sent a heartbeat in the last %s (%d registered)", ttl, len(workers))
+	}
+	return model.Errorf(model.ErrUnavailable, "no live worker has a template yet (%d live)", live)
+}
 
 // Load is what a worker's sandboxes already reserve.
 type Load struct {
@@ -21,14 +97,22 @@ type Load struct {
 
 // Request is what a sandbox needs from a worker.
 type Request struct {
-	Runtime        string
+	Runtime string
+	// Needs are the powers the worker's Runtime must have declared.
+	Needs          model.RuntimeCaps
 	TemplateDigest string
 	Resources      model.Resources
 }
 
-// RequestFor returns the placement request of sb.
+// RequestFor returns the placement request of sb. A sandbox that starts
+// from a snapshot (a fork, an import) needs a runtime that restores
+// snapshots under new ids.
 func RequestFor(sb model.Sandbox) Request {
-	return Request{Runtime: sb.Runtime, TemplateDigest: sb.TemplateDigest, Resources: sb.Resources}
+	req := Request{Runtime: sb.Runtime, TemplateDigest: sb.TemplateDigest, Resources: sb.Resources}
+	if sb.Source != nil {
+		req.Needs = model.RuntimeCaps{Snapshot: true, Fork: true}
+	}
+	return req
 }
 
 // Reserves reports whether a sandbox in state s holds resources on its
@@ -60,16 +144,17 @@ func Fresh(w model.Worker, now time.Time, ttl time.Duration) bool {
 }
 
 // Pick returns the worker that should run req: among workers with a fresh
-// heartbeat, the runtime, the template digest and enough free memory and
-// vCPUs (capacity minus load), the one with the most free memory (then most
-// free vCPUs, then lowest ID). When none fits the error wraps
+// heartbeat, the runtime, the powers req needs of it (as the worker
+// declared them: model.RuntimeCaps), the template digest and enough free
+// memory and vCPUs (capacity minus load), the one with the most free memory
+// (then most free vCPUs, then lowest ID). When none fits the error wraps
 // model.ErrUnavailable and names the first filter that left no candidate.
 func Pick(workers []model.Worker, load map[string]Load, req Request, now time.Time, heartbeatTTL time.Duration) (string, error) {
 	type candidate struct {
 		id               string
 		freeMiB, freeCPU int
 	}
-	var live, withRuntime, withTemplate int
+	var live, withRuntime, capable, withTemplate int
 	var fits []candidate
 	var best *candidate // most free memory among those with the template, for the message
 	for _, w := range workers {
@@ -77,10 +162,15 @@ func Pick(workers []model.Worker, load map[string]Load, req Request, now time.Ti
 			continue
 		}
 		live++
-		if !slices.Contains(w.Runtimes, req.Runtime) {
+		rt, ok := w.Runtime(req.Runtime)
+		if !ok {
 			continue
 		}
 		withRuntime++
+		if !rt.Caps.Has(req.Needs) {
+			continue
+		}
+		capable++
 		if !slices.Contains(w.Templates, req.TemplateDigest) {
 			continue
 		}
@@ -99,6 +189,8 @@ func Pick(workers []model.Worker, load map[string]Load, req Request, now time.Ti
 		return "", model.Errorf(model.ErrUnavailable, "no live worker: none has sent a heartbeat in the last %s", heartbeatTTL)
 	case withRuntime == 0:
 		return "", model.Errorf(model.ErrUnavailable, "no live worker supports runtime %q", req.Runtime)
+	case capable == 0:
+		return "", model.Errorf(model.ErrUnavailable, "no live worker's runtime %q can %s", req.Runtime, describeNeeds(req.Needs))
 	case withTemplate == 0:
 		return "", model.Errorf(model.ErrUnavailable, "no live worker with runtime %q has template %s", req.Runtime, req.TemplateDigest)
 	case len(fits) == 0:
@@ -116,6 +208,26 @@ func Pick(workers []model.Worker, load map[string]Load, req Request, now time.Ti
 		return cmp.Compare(a.id, b.id)
 	})
 	return fits[0].id, nil
+}
+
+// describeNeeds words the powers of need for an error.
+func describeNeeds(need model.RuntimeCaps) string {
+	var words []string
+	for _, c := range []struct {
+		on   bool
+		what string
+	}{
+		{need.Pause, "pause sandboxes"},
+		{need.Snapshot, "snapshot sandboxes"},
+		{need.LeaveRunning, "checkpoint running sandboxes"},
+		{need.Fork, "start sandboxes from a snapshot"},
+		{need.Network, "give sandboxes a network device"},
+	} {
+		if c.on {
+			words = append(words, c.what)
+		}
+	}
+	return strings.Join(words, " and ")
 }
 
 // String renders l for logs.

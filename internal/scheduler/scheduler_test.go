@@ -15,9 +15,19 @@ func TestPick(t *testing.T) {
 	fresh := now.Add(-time.Second)
 	stale := now.Add(-time.Minute)
 	w := func(id string, hb time.Time, mem, cpu int, templates ...string) model.Worker {
-		return model.Worker{ID: id, LastHeartbeat: hb, Runtimes: []string{"gvisor"}, Templates: templates, CapacityMiB: mem, CapacityVCPUs: cpu}
+		return model.Worker{ID: id, LastHeartbeat: hb, Runtimes: []model.RuntimeInfo{{Name: "gvisor", Caps: snapCaps}}, Templates: templates, CapacityMiB: mem, CapacityVCPUs: cpu}
 	}
 	req := Request{Runtime: "gvisor", TemplateDigest: "sha256:a", Resources: model.Resources{VCPUs: 1, MemoryMiB: 512}}
+	// vm offers a runtime "vm" that pauses but cannot snapshot, beside gvisor.
+	vm := func(id string, mem int) model.Worker {
+		wk := w(id, fresh, mem, 4, "sha256:a")
+		wk.Runtimes = append(wk.Runtimes, model.RuntimeInfo{Name: "vm", Caps: model.RuntimeCaps{Pause: true}})
+		return wk
+	}
+	snapReq := req
+	snapReq.Needs = model.RuntimeCaps{Snapshot: true, Fork: true}
+	vmSnapReq := snapReq
+	vmSnapReq.Runtime = "vm"
 	tests := []struct {
 		name    string
 		workers []model.Worker
@@ -50,6 +60,16 @@ func TestPick(t *testing.T) {
 		{name: "stale worker skipped even if bigger", workers: []model.Worker{
 			w("w1", fresh, 1024, 4, "sha256:a"), w("w2", stale, 65536, 64, "sha256:a"),
 		}, req: req, want: "w1"},
+		{name: "runtime without the power", workers: []model.Worker{vm("w1", 4096)}, req: vmSnapReq,
+			wantErr: `no live worker's runtime "vm" can snapshot sandboxes and start sandboxes from a snapshot`},
+		{name: "runtime with the power", workers: []model.Worker{vm("w1", 4096)}, req: snapReq, want: "w1"},
+		{name: "capable worker wins over a bigger incapable one", workers: []model.Worker{
+			vm("w1", 65536), {ID: "w2", LastHeartbeat: fresh, Runtimes: []model.RuntimeInfo{{Name: "vm", Caps: snapCaps}}, Templates: []string{"sha256:a"}, CapacityMiB: 1024, CapacityVCPUs: 1},
+		}, req: vmSnapReq, want: "w2"},
+		{name: "no needs: any runtime of the name", workers: []model.Worker{vm("w1", 4096)}, req: Request{Runtime: "vm", TemplateDigest: "sha256:a"}, want: "w1"},
+		{name: "legacy worker (names only) keeps its powers", workers: []model.Worker{
+			{ID: "w1", LastHeartbeat: fresh, Runtimes: model.NamedRuntimes("gvisor", "qemu"), Templates: []string{"sha256:a"}, CapacityMiB: 4096, CapacityVCPUs: 4},
+		}, req: snapReq, want: "w1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -76,6 +96,23 @@ func TestPick(t *testing.T) {
 	}
 }
 
+// snapCaps can do everything but give a network device.
+var snapCaps = model.RuntimeCaps{Pause: true, Snapshot: true, LeaveRunning: true, Fork: true}
+
+// TestRequestFor: a sandbox that starts from a snapshot (fork, import)
+// needs a runtime that restores snapshots under new ids; others need
+// nothing beyond the runtime's name.
+func TestRequestFor(t *testing.T) {
+	sb := model.Sandbox{Runtime: "gvisor", TemplateDigest: "sha256:a", Resources: model.Resources{VCPUs: 1, MemoryMiB: 256}}
+	if got := RequestFor(sb); got.Needs != (model.RuntimeCaps{}) || got.Runtime != "gvisor" || got.TemplateDigest != "sha256:a" || got.Resources != sb.Resources {
+		t.Errorf("RequestFor(create) = %+v", got)
+	}
+	sb.Source = &model.Source{WorkerID: "w1", SandboxID: "sb-1", Checkpoint: "c"}
+	if got := RequestFor(sb); got.Needs != (model.RuntimeCaps{Snapshot: true, Fork: true}) {
+		t.Errorf("RequestFor(fork) needs %+v, want snapshot and fork", got.Needs)
+	}
+}
+
 func TestLoadOf(t *testing.T) {
 	r := model.Resources{VCPUs: 1, MemoryMiB: 256}
 	sbs := []model.Sandbox{
@@ -95,6 +132,58 @@ func TestLoadOf(t *testing.T) {
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("LoadOf[%s] = %v, want %v", k, got[k], v)
+		}
+	}
+}
+
+// TestDefaultPlacer: Default places as Pick does, with its own heartbeat
+// window (0: DefaultHeartbeatTTL).
+func TestDefaultPlacer(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	req := Request{Runtime: "gvisor", TemplateDigest: "sha256:a", Resources: model.Resources{VCPUs: 1, MemoryMiB: 512}}
+	w := func(id string, age time.Duration, mem int) model.Worker {
+		return model.Worker{ID: id, LastHeartbeat: now.Add(-age), Runtimes: []model.RuntimeInfo{{Name: "gvisor", Caps: snapCaps}}, Templates: []string{"sha256:a"}, CapacityMiB: mem, CapacityVCPUs: 4}
+	}
+	// w2 is bigger but 20 s silent: live for a 30 s window, not for the default 15 s.
+	c := Cluster{Workers: []model.Worker{w("w1", time.Second, 2048), w("w2", 20*time.Second, 8192)}, Now: now}
+	for _, tt := range []struct {
+		ttl  time.Duration
+		want string
+	}{{0, "w1"}, {DefaultHeartbeatTTL, "w1"}, {30 * time.Second, "w2"}} {
+		got, err := Default{HeartbeatTTL: tt.ttl}.Place(c, req)
+		if err != nil || got != tt.want {
+			t.Errorf("Default{%s}.Place = %q, %v; want %q", tt.ttl, got, err, tt.want)
+		}
+	}
+	c.Load = map[string]Load{"w1": {MemoryMiB: 2048}}
+	if _, err := (Default{}).Place(c, req); !errors.Is(err, model.ErrUnavailable) || !strings.Contains(err.Error(), "no worker has capacity") {
+		t.Errorf("Place on a full worker = %v, want a capacity error", err)
+	}
+}
+
+func TestReady(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	ttl := 15 * time.Second
+	w := func(age time.Duration, templates ...string) model.Worker {
+		return model.Worker{ID: "w", LastHeartbeat: now.Add(-age), Templates: templates}
+	}
+	for _, tt := range []struct {
+		name    string
+		workers []model.Worker
+		wantErr string // empty: ready
+	}{
+		{"none", nil, "no worker has registered"},
+		{"silent", []model.Worker{w(time.Minute, "sha256:a")}, "no worker has sent a heartbeat in the last 15s (1 registered)"},
+		{"never", []model.Worker{{ID: "w", Templates: []string{"sha256:a"}}}, "no worker has sent a heartbeat"},
+		{"no template", []model.Worker{w(time.Second)}, "no live worker has a template yet (1 live)"},
+		{"ready", []model.Worker{w(time.Minute, "sha256:a"), w(ttl, "sha256:a")}, ""},
+	} {
+		err := Ready(tt.workers, now, ttl)
+		switch {
+		case tt.wantErr == "" && err != nil:
+			t.Errorf("%s: Ready = %v, want nil", tt.name, err)
+		case tt.wantErr != "" && (!errors.Is(err, model.ErrUnavailable) || err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+			t.Errorf("%s: Ready = %v, want ErrUnavailable with %q", tt.name, err, tt.wantErr)
 		}
 	}
 }

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/airlock/airlock/internal/agentapi"
-	"github.com/airlock/airlock/internal/api/apitypes"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/token"
+	"github.com/airlock/airlock/internal/workerapi"
 )
 
 // SessionTTL is how long command and files tokens stay valid.
@@ -85,7 +85,7 @@ func (s *Service) workerOf(ctx context.Context, sb model.Sandbox) (model.Worker,
 }
 
 // workerRequest is a request from the server to worker w's data plane for
-// sandbox sb, at /v1/sandboxes/<sb>/<path>, authorized by a one-minute
+// sandbox sb, at path (a workerapi data-plane path), authorized by a one-minute
 // token with claims c (the sandbox, its org, the worker and the expiry
 // filled in; signed with w's own key).
 func (s *Service) workerRequest(ctx context.Context, w model.Worker, sb model.Sandbox, c token.Claims, method, path string, body io.Reader) (*http.Request, error) {
@@ -94,7 +94,7 @@ func (s *Service) workerRequest(ctx context.Context, w model.Worker, sb model.Sa
 	if err != nil {
 		return nil, err
 	}
-	u := strings.TrimRight(w.DataPlaneURL, "/") + "/v1/sandboxes/" + url.PathEscape(sb.ID) + path
+	u := strings.TrimRight(w.DataPlaneURL, "/") + path
 	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {
 		return nil, fmt.Errorf("request to worker %s: %w", w.ID, err)
@@ -106,44 +106,44 @@ func (s *Service) workerRequest(ctx context.Context, w model.Worker, sb model.Sa
 // CreateCommand prepares a command session on a running sandbox: it returns
 // the command's id, the worker's WebSocket attach URL and a token carrying
 // the signed command spec. The process starts when the client first attaches.
-func (s *Service) CreateCommand(ctx context.Context, p Principal, sandboxID string, req apitypes.CreateCommandRequest) (apitypes.CommandSession, error) {
+func (s *Service) CreateCommand(ctx context.Context, p Principal, sandboxID string, req CommandParams) (CommandSession, error) {
 	var argv []string
 	switch {
 	case req.Cmd != "" && len(req.Argv) > 0:
-		return apitypes.CommandSession{}, model.Errorf(model.ErrUnprocessable, "set either cmd or argv, not both")
+		return CommandSession{}, model.Errorf(model.ErrUnprocessable, "set either cmd or argv, not both")
 	case req.Cmd != "":
 		if len(req.Cmd) > MaxCmdBytes {
-			return apitypes.CommandSession{}, model.Errorf(model.ErrUnprocessable, "cmd is %d bytes; at most %d are allowed", len(req.Cmd), MaxCmdBytes)
+			return CommandSession{}, model.Errorf(model.ErrUnprocessable, "cmd is %d bytes; at most %d are allowed", len(req.Cmd), MaxCmdBytes)
 		}
 		argv = []string{"/bin/bash", "-lc", req.Cmd}
 	case len(req.Argv) > 0:
 		if len(req.Argv) > MaxArgs {
-			return apitypes.CommandSession{}, model.Errorf(model.ErrUnprocessable, "argv has %d elements; at most %d are allowed", len(req.Argv), MaxArgs)
+			return CommandSession{}, model.Errorf(model.ErrUnprocessable, "argv has %d elements; at most %d are allowed", len(req.Argv), MaxArgs)
 		}
 		if req.Argv[0] == "" {
-			return apitypes.CommandSession{}, model.Errorf(model.ErrUnprocessable, "argv[0] is empty; name the program to run")
+			return CommandSession{}, model.Errorf(model.ErrUnprocessable, "argv[0] is empty; name the program to run")
 		}
 		argv = req.Argv
 	default:
-		return apitypes.CommandSession{}, model.Errorf(model.ErrUnprocessable, "set cmd (run by /bin/bash -lc) or argv")
+		return CommandSession{}, model.Errorf(model.ErrUnprocessable, "set cmd (run by /bin/bash -lc) or argv")
 	}
 	for _, a := range argv {
 		if strings.ContainsRune(a, 0) {
-			return apitypes.CommandSession{}, model.Errorf(model.ErrUnprocessable, "argv contains NUL")
+			return CommandSession{}, model.Errorf(model.ErrUnprocessable, "argv contains NUL")
 		}
 	}
 	if err := validateEnv("env", req.Env); err != nil {
-		return apitypes.CommandSession{}, err
+		return CommandSession{}, err
 	}
 	if req.TimeoutS < 0 {
-		return apitypes.CommandSession{}, model.Errorf(model.ErrUnprocessable, "timeout_s is %d; it must be 0 (no limit) or more", req.TimeoutS)
+		return CommandSession{}, model.Errorf(model.ErrUnprocessable, "timeout_s is %d; it must be 0 (no limit) or more", req.TimeoutS)
 	}
 	if strings.ContainsRune(req.Cwd, 0) || strings.ContainsRune(req.User, 0) {
-		return apitypes.CommandSession{}, model.Errorf(model.ErrUnprocessable, "cwd and user must not contain NUL")
+		return CommandSession{}, model.Errorf(model.ErrUnprocessable, "cwd and user must not contain NUL")
 	}
 	sb, w, err := s.runningSandbox(ctx, p, sandboxID, "commands", true)
 	if err != nil {
-		return apitypes.CommandSession{}, err
+		return CommandSession{}, err
 	}
 	// The sandbox's env is not in the token: the worker has it from the
 	// sandbox's assignment and merges it under the command's. Its digest
@@ -154,21 +154,21 @@ func (s *Service) CreateCommand(ctx context.Context, p Principal, sandboxID stri
 		User: req.User, Stdin: req.Stdin, TimeoutS: req.TimeoutS, SandboxEnv: model.EnvDigest(sb.Env),
 	}
 	if enc, err := json.Marshal(spec); err != nil {
-		return apitypes.CommandSession{}, fmt.Errorf("encode command: %w", err)
+		return CommandSession{}, fmt.Errorf("encode command: %w", err)
 	} else if len(enc) > MaxCommandBytes {
-		return apitypes.CommandSession{}, model.Errorf(model.ErrUnprocessable, "the command (argv or cmd, env, cwd and user) is %d bytes encoded; at most %d are allowed; pass large input on stdin or as a file", len(enc), MaxCommandBytes)
+		return CommandSession{}, model.Errorf(model.ErrUnprocessable, "the command (argv or cmd, env, cwd and user) is %d bytes encoded; at most %d are allowed; pass large input on stdin or as a file", len(enc), MaxCommandBytes)
 	}
 	exp := s.now().Add(SessionTTL).Truncate(time.Second)
 	tok, err := s.sign(ctx, token.Claims{SandboxID: sb.ID, OrgID: sb.OrgID, Scope: token.ScopeCommand, Command: &spec, Expires: exp.Unix(), Worker: w.ID})
 	if err != nil {
-		return apitypes.CommandSession{}, err
+		return CommandSession{}, err
 	}
-	attach, err := wsURL(w.DataPlaneURL, "/v1/sandboxes/"+sb.ID+"/commands/"+spec.ID+"/attach")
+	attach, err := wsURL(w.DataPlaneURL, workerapi.AttachPath(sb.ID, spec.ID))
 	if err != nil {
-		return apitypes.CommandSession{}, err
+		return CommandSession{}, err
 	}
 	s.touch(ctx, sb.ID)
-	return apitypes.CommandSession{ID: spec.ID, AttachURL: attach, Token: tok, ExpiresAt: exp}, nil
+	return CommandSession{ID: spec.ID, AttachURL: attach, Token: tok, ExpiresAt: exp}, nil
 }
 
 // ListCommands asks the sandbox's worker for one page of the processes
@@ -193,7 +193,7 @@ func (s *Service) ListCommands(ctx context.Context, p Principal, sandboxID strin
 	if cursor != "" {
 		q.Set("cursor", cursor)
 	}
-	path := "/commands"
+	path := workerapi.CommandsPath(sb.ID)
 	if len(q) > 0 {
 		path += "?" + q.Encode()
 	}
@@ -219,7 +219,10 @@ func (s *Service) ListCommands(ctx context.Context, p Principal, sandboxID strin
 	}
 	// The worker answers {"commands":[…], "next_cursor"}; a bare array is
 	// accepted too.
-	var out apitypes.ListCommandsResponse
+	var out struct {
+		Commands   []agentapi.ProcessInfo `json:"commands"`
+		NextCursor string                 `json:"next_cursor"`
+	}
 	if err := json.Unmarshal(body, &out); err != nil {
 		if err2 := json.Unmarshal(body, &out.Commands); err2 != nil {
 			return nil, "", fmt.Errorf("decode command list from worker %s: %w", w.ID, err)
@@ -234,19 +237,19 @@ func (s *Service) ListCommands(ctx context.Context, p Principal, sandboxID strin
 
 // FilesSession returns the data-plane URL for the sandbox's files and a
 // files-scoped token for it.
-func (s *Service) FilesSession(ctx context.Context, p Principal, sandboxID string) (apitypes.FilesSession, error) {
+func (s *Service) FilesSession(ctx context.Context, p Principal, sandboxID string) (FilesSession, error) {
 	sb, w, err := s.runningSandbox(ctx, p, sandboxID, "file operations", true)
 	if err != nil {
-		return apitypes.FilesSession{}, err
+		return FilesSession{}, err
 	}
 	exp := s.now().Add(SessionTTL).Truncate(time.Second)
 	tok, err := s.sign(ctx, token.Claims{SandboxID: sb.ID, OrgID: sb.OrgID, Scope: token.ScopeFiles, Expires: exp.Unix(), Worker: w.ID})
 	if err != nil {
-		return apitypes.FilesSession{}, err
+		return FilesSession{}, err
 	}
 	s.touch(ctx, sb.ID)
-	return apitypes.FilesSession{
-		URL:   strings.TrimRight(w.DataPlaneURL, "/") + "/v1/sandboxes/" + sb.ID + "/files",
+	return FilesSession{
+		URL:   strings.TrimRight(w.DataPlaneURL, "/") + workerapi.FilesPath(sb.ID),
 		Token: tok, ExpiresAt: exp,
 	}, nil
 }

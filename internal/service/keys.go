@@ -94,9 +94,9 @@ func (s *Service) RevokeKey(ctx context.Context, p Principal, orgID, keyID strin
 			}
 		}
 		if others == 0 {
-			return model.APIKey{}, model.Errorf(model.ErrConflict,
-				"key %s is the last usable admin key of org %s; create another admin key first (airlock key create --org %s --admin)",
-				keyID, orgID, orgID)
+			return model.APIKey{}, withHint(model.Errorf(model.ErrConflict,
+				"key %s is the last usable admin key of org %s; create another admin key first", keyID, orgID),
+				Hint{Kind: HintCreateAdminKey, OrgID: orgID})
 		}
 	}
 	k, err := s.Store.RevokeAPIKey(ctx, orgID, keyID, s.now())

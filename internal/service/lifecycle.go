@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/airlock/airlock/internal/api/apitypes"
 	"github.com/airlock/airlock/internal/events"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/store"
@@ -80,8 +79,8 @@ func (s *Service) requestLifecycle(ctx context.Context, req LifecycleRequest) (m
 // already under way), unless sb opted out of auto-wake.
 func (s *Service) autoWake(ctx context.Context, sb model.Sandbox, what string) error {
 	if sb.NoAutoWake {
-		return model.Errorf(model.ErrConflict, "sandbox %s is %s and was created with auto_wake=false; wake it first (POST /v1/sandboxes/%s/wake or `airlock sandbox wake %s`), then retry the %s",
-			sb.ID, sb.State, sb.ID, sb.ID, what)
+		return withHint(model.Errorf(model.ErrConflict, "sandbox %s is %s and was created with auto_wake=false; wake it first, then retry the %s",
+			sb.ID, sb.State, what), Hint{Kind: HintWake, SandboxID: sb.ID})
 	}
 	_, started, err := StartLifecycle(ctx, s.Store, s.Events, LifecycleRequest{
 		SandboxID: sb.ID, Kind: model.OpWake, Join: true, Now: s.now(), Deadline: s.deadline(),
@@ -168,7 +167,8 @@ func StartLifecycle(ctx context.Context, st store.Store, ev *events.Log, req Lif
 			return model.Operation{}, false, fmt.Errorf("%s sandbox %s: list operations: %w", req.Kind, id, err)
 		}
 		if req.RespectNoAutoWake && sb.NoAutoWake {
-			return model.Operation{}, false, model.Errorf(model.ErrConflict, "sandbox %s is %s and was created with auto_wake=false; wake it with POST /v1/sandboxes/%s/wake", id, sb.State, id)
+			return model.Operation{}, false, withHint(model.Errorf(model.ErrConflict, "sandbox %s is %s and was created with auto_wake=false; wake it first", id, sb.State),
+				Hint{Kind: HintWake, SandboxID: id})
 		}
 		if op, done, err := checkLifecycle(sb, ops, req, target); done || err != nil {
 			return op, false, err
@@ -196,7 +196,17 @@ func StartLifecycle(ctx context.Context, st store.Store, ev *events.Log, req Lif
 			nsb.Task = &t
 			op.State = model.OpRunning
 		}
-		nsb, op, err = st.UpdateSandboxCreateOperation(ctx, nsb, op)
+		err = st.InTx(ctx, func(tx store.Tx) error {
+			var err error
+			if nsb, err = tx.UpdateSandbox(ctx, nsb); err != nil {
+				return err
+			}
+			if err := tx.CreateOperation(ctx, op); err != nil {
+				return err
+			}
+			op, err = tx.GetOperation(ctx, op.ID)
+			return err
+		})
 		if errors.Is(err, model.ErrConflict) {
 			continue // someone else wrote; re-read and decide again
 		}
@@ -279,8 +289,8 @@ func checkLifecycle(sb model.Sandbox, ops []model.Operation, req LifecycleReques
 		if op.Kind == req.Kind && sameTask || req.Join && op.Target == model.StateRunning {
 			return op, true, nil // the same request again, or a wake joining the way to running
 		}
-		return model.Operation{}, false, model.Errorf(model.ErrConflict, "sandbox %s has a %s operation %s in progress; wait for it (`airlock op wait %s`) and retry",
-			id, op.Kind, op.ID, id)
+		return model.Operation{}, false, withHint(model.Errorf(model.ErrConflict, "sandbox %s has a %s operation %s in progress; wait for it and retry",
+			id, op.Kind, op.ID), Hint{Kind: HintWait, SandboxID: id})
 	}
 	st := sb.State
 	if req.Join && req.Kind == model.OpWake && st == model.StateRunning && sb.DesiredState == model.StateRunning {
@@ -294,8 +304,8 @@ func checkLifecycle(sb model.Sandbox, ops []model.Operation, req LifecycleReques
 	if sb.DesiredState != st && sb.DesiredState != "" {
 		// A transition without an operation is still converging (e.g. after
 		// a suspend that timed out): let it settle first.
-		return model.Operation{}, false, model.Errorf(model.ErrConflict, "sandbox %s is %s and on its way to %s; wait for it (`airlock op wait %s`) and retry",
-			id, st, sb.DesiredState, id)
+		return model.Operation{}, false, withHint(model.Errorf(model.ErrConflict, "sandbox %s is %s and on its way to %s; wait for it and retry",
+			id, st, sb.DesiredState), Hint{Kind: HintWait, SandboxID: id})
 	}
 	allowed := map[model.OperationKind][]model.SandboxState{
 		model.OpPause:   {model.StateRunning},
@@ -309,26 +319,32 @@ func checkLifecycle(sb model.Sandbox, ops []model.Operation, req LifecycleReques
 	if slices.Contains(allowed, st) {
 		return model.Operation{}, false, nil
 	}
-	hint := ""
+	hint, next := "", HintKind("")
 	switch {
 	case st == model.StatePending || st == model.StateStarting:
-		hint = "; wait until it is running (`airlock op wait " + id + "`)"
+		hint, next = "; wait until it is running", HintWait
 	case st == model.StateSuspended && model.TaskKind(req.Kind):
-		hint = "; wake it first (`airlock sandbox wake " + id + "`)"
+		hint, next = "; wake it first", HintWake
 	case st == model.StateSuspended && (req.Kind == model.OpPause || req.Kind == model.OpResume):
 		hint = "; wake it instead of " + verb(req.Kind)
 	case st == model.StateSuspending || st == model.StateWaking:
-		hint = "; wait for it to finish (`airlock op wait " + id + "`)"
+		hint, next = "; wait for it to finish", HintWait
 	case st == model.StateRunning && req.Kind == model.OpWake:
 		hint = "; there is nothing to wake"
 	case st == model.StateRunning && req.Kind == model.OpResume:
 		hint = "; there is nothing to resume"
 	}
+	var err error
 	if st == target {
-		return model.Operation{}, false, model.Errorf(model.ErrConflict, "sandbox %s is already %s%s", id, st, hint)
+		err = model.Errorf(model.ErrConflict, "sandbox %s is already %s%s", id, st, hint)
+	} else {
+		err = model.Errorf(model.ErrConflict, "sandbox %s is %s; %s needs a %s sandbox%s",
+			id, st, verb(req.Kind), joinStates(allowed), hint)
 	}
-	return model.Operation{}, false, model.Errorf(model.ErrConflict, "sandbox %s is %s; %s needs a %s sandbox%s",
-		id, st, verb(req.Kind), joinStates(allowed), hint)
+	if next != "" {
+		err = withHint(err, Hint{Kind: next, SandboxID: id})
+	}
+	return model.Operation{}, false, err
 }
 
 func joinStates(states []model.SandboxState) string {
@@ -387,7 +403,7 @@ func (s *Service) GetOrg(ctx context.Context, p Principal, id string) (model.Org
 // UpdateOrg changes an org's settings. Feature gates are set by operators
 // (admin keys of the default org); the idle setting by the org's admins
 // too.
-func (s *Service) UpdateOrg(ctx context.Context, p Principal, id string, req apitypes.UpdateOrgRequest) (model.Org, error) {
+func (s *Service) UpdateOrg(ctx context.Context, p Principal, id string, req OrgUpdate) (model.Org, error) {
 	if !p.Admin || (p.OrgID != id && !p.Operator()) {
 		return model.Org{}, model.Errorf(model.ErrForbidden, "changing org %s needs an admin key of that org", id)
 	}

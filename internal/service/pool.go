@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/airlock/airlock/internal/api/apitypes"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/store"
 )
@@ -81,20 +80,20 @@ func (s *Service) requireOperator(p Principal, what string) error {
 // SetPool configures the warm pool of template (name, name:tag or digest):
 // size members with req's resources (default 1 vCPU / 512 MiB). Operators
 // only. The controller fills or drains the pool in the background.
-func (s *Service) SetPool(ctx context.Context, p Principal, template string, req apitypes.SetPoolRequest) (apitypes.Pool, error) {
+func (s *Service) SetPool(ctx context.Context, p Principal, template string, req PoolParams) (PoolStatus, error) {
 	if err := s.requireOperator(p, "configuring warm pools"); err != nil {
-		return apitypes.Pool{}, err
+		return PoolStatus{}, err
 	}
 	if req.Size < 0 || req.Size > MaxPoolSize {
-		return apitypes.Pool{}, model.Errorf(model.ErrUnprocessable, "size is %d; it must be between 0 and %d", req.Size, MaxPoolSize)
+		return PoolStatus{}, model.Errorf(model.ErrUnprocessable, "size is %d; it must be between 0 and %d", req.Size, MaxPoolSize)
 	}
 	res, err := s.resources(req.Resources)
 	if err != nil {
-		return apitypes.Pool{}, err
+		return PoolStatus{}, err
 	}
 	tpl, ref, err := s.resolveTemplate(ctx, template)
 	if err != nil {
-		return apitypes.Pool{}, err
+		return PoolStatus{}, err
 	}
 	if !strings.HasPrefix(ref, digestPrefix) && !strings.Contains(ref, ":") {
 		ref += ":" + defaultTemplateTag
@@ -102,23 +101,23 @@ func (s *Service) SetPool(ctx context.Context, p Principal, template string, req
 	now := s.now()
 	pool := model.Pool{Template: ref, Digest: tpl.Digest, Size: req.Size, Resources: res, CreatedAt: now, UpdatedAt: now}
 	if err := s.Store.PutPool(ctx, pool); err != nil {
-		return apitypes.Pool{}, fmt.Errorf("store pool %s: %w", ref, err)
+		return PoolStatus{}, fmt.Errorf("store pool %s: %w", ref, err)
 	}
 	s.kick()
 	pools, err := s.ListPools(ctx, p)
 	if err != nil {
-		return apitypes.Pool{}, err
+		return PoolStatus{}, err
 	}
 	for _, got := range pools {
 		if got.Digest == pool.Digest {
 			return got, nil
 		}
 	}
-	return apitypes.Pool{Pool: pool}, nil
+	return PoolStatus{Pool: pool}, nil
 }
 
 // ListPools returns every warm pool with its member counts. Operators only.
-func (s *Service) ListPools(ctx context.Context, p Principal) ([]apitypes.Pool, error) {
+func (s *Service) ListPools(ctx context.Context, p Principal) ([]PoolStatus, error) {
 	if err := s.requireOperator(p, "listing warm pools"); err != nil {
 		return nil, err
 	}
@@ -130,9 +129,9 @@ func (s *Service) ListPools(ctx context.Context, p Principal) ([]apitypes.Pool, 
 	if err != nil {
 		return nil, err
 	}
-	out := make([]apitypes.Pool, 0, len(pools))
+	out := make([]PoolStatus, 0, len(pools))
 	for _, pl := range pools {
-		ap := apitypes.Pool{Pool: pl}
+		ap := PoolStatus{Pool: pl}
 		for _, m := range members {
 			if m.Pool != pl.Digest || !countsInPool(m) || fullResources(m.Resources) != fullResources(pl.Resources) {
 				continue
@@ -217,7 +216,7 @@ func (s *Service) claim(ctx context.Context, want model.Sandbox, idempotencyKey 
 		sb.OrgID, sb.Pool, sb.Template = want.OrgID, "", want.Template
 		sb.Env, sb.Metadata, sb.TimeoutS, sb.ExpiresAt = want.Env, want.Metadata, want.TimeoutS, want.ExpiresAt
 		sb.IdleSuspendS, sb.NoAutoWake, sb.LastActivityAt, sb.Reason = want.IdleSuspendS, want.NoAutoWake, now, ""
-		sb.PublicTraffic = want.PublicTraffic
+		sb.PublicTraffic, sb.OnExpiry = want.PublicTraffic, want.OnExpiry
 		op := model.Operation{
 			ID: model.NewID("op"), OrgID: want.OrgID, SandboxID: m.ID, Kind: model.OpCreate, State: model.OpSucceeded,
 			Target: model.StateRunning, CreatedAt: now, UpdatedAt: now, Deadline: now.Add(s.deadline()),

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/airlock/airlock/internal/api/apitypes"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/store"
 )
@@ -75,12 +74,12 @@ func holdsCapacity(sb model.Sandbox) bool {
 }
 
 // OrgUsage sums what an org's sandboxes hold, in the units of its quotas.
-func (s *Service) OrgUsage(ctx context.Context, orgID string) (apitypes.OrgUsage, error) {
+func (s *Service) OrgUsage(ctx context.Context, orgID string) (Usage, error) {
 	sbs, err := store.ListAllSandboxes(ctx, s.Store, store.SandboxFilter{OrgID: orgID})
 	if err != nil {
-		return apitypes.OrgUsage{}, fmt.Errorf("usage of org %s: %w", orgID, err)
+		return Usage{}, fmt.Errorf("usage of org %s: %w", orgID, err)
 	}
-	var u apitypes.OrgUsage
+	var u Usage
 	for _, sb := range sbs {
 		if sb.State == model.StateDeleted || sb.DesiredState == model.StateDeleted || sb.Pool != "" {
 			continue
@@ -100,21 +99,8 @@ func (s *Service) OrgUsage(ctx context.Context, orgID string) (apitypes.OrgUsage
 
 // QuotaError names the quota a request would exceed.
 func quotaError(orgID, quota string, limit, used, more int, unit string) error {
-	return model.Errorf(model.ErrQuotaExceeded, "org %s is at its %s quota: %d%s in use, the request needs %d more, the quota is %d; free some (delete or suspend sandboxes, delete checkpoints) or ask the operator to raise quotas.%s (`airlock org set %s --%s N`)",
-		orgID, quota, used, unit, more, limit, quota, orgID, quotaFlag(quota))
-}
-
-// quotaFlag is the `airlock org set` flag of a quota.
-func quotaFlag(quota string) string {
-	switch quota {
-	case "vcpus":
-		return "max-vcpus"
-	case "memory_mib":
-		return "max-memory-mib"
-	case "disk_mib":
-		return "max-disk-mib"
-	}
-	return "max-" + quota
+	return withHint(model.Errorf(model.ErrQuotaExceeded, "org %s is at its %s quota: %d%s in use, the request needs %d more, the quota is %d; free some (delete or suspend sandboxes, delete checkpoints) or ask the operator to raise quotas.%s",
+		orgID, quota, used, unit, more, limit, quota), Hint{Kind: HintRaiseQuota, OrgID: orgID, Quota: quota})
 }
 
 // admit checks that n more sandboxes of res fit the org's quotas. The
@@ -157,7 +143,7 @@ func (s *Service) admit(ctx context.Context, orgID string, res model.Resources, 
 }
 
 // patchQuotas applies the fields of pt to q.
-func patchQuotas(q model.Quotas, pt apitypes.QuotasPatch) (model.Quotas, error) {
+func patchQuotas(q model.Quotas, pt QuotasPatch) (model.Quotas, error) {
 	for _, f := range []struct {
 		name string
 		v    *int

@@ -9,31 +9,29 @@ import (
 	"strings"
 	"time"
 
-	"github.com/airlock/airlock/internal/api/apitypes"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/store"
 )
 
 // Limits on create requests.
 const (
-	DefaultTemplate     = "base"
-	DefaultVCPUs        = 1
-	DefaultMemoryMiB    = 512
-	MinVCPUs, MaxVCPUs  = 1, 8
-	MinMemoryMiB        = 128
-	MaxMemoryMiB        = 16384
-	MaxMetadataPairs    = 64
-	MaxMetadataValue    = 1024
-	MaxKeyLen           = 256
-	MaxIdempotencyKey   = 255
-	MaxListLimit        = 1000
-	DefaultListLimit    = 100
-	MaxWait             = 60 * time.Second
-	maxUpdateRetries    = 8
-	digestPrefix        = "sha256:"
-	digestHexLen        = 64
-	defaultTemplateTag  = "latest"
-	templateListingHint = "GET /v1/templates lists them"
+	DefaultTemplate    = "base"
+	DefaultVCPUs       = 1
+	DefaultMemoryMiB   = 512
+	MinVCPUs, MaxVCPUs = 1, 8
+	MinMemoryMiB       = 128
+	MaxMemoryMiB       = 16384
+	MaxMetadataPairs   = 64
+	MaxMetadataValue   = 1024
+	MaxKeyLen          = 256
+	MaxIdempotencyKey  = 255
+	MaxListLimit       = 1000
+	DefaultListLimit   = 100
+	MaxWait            = 60 * time.Second
+	maxUpdateRetries   = 8
+	digestPrefix       = "sha256:"
+	digestHexLen       = 64
+	defaultTemplateTag = "latest"
 )
 
 // errTemplateNotFound is what resolveTemplate wraps when a well-formed
@@ -44,7 +42,7 @@ var errTemplateNotFound = fmt.Errorf("template not found: %w", model.ErrUnproces
 // running and the create operation that tracks it, and wakes the
 // controllers. A repeated idempotencyKey (per org) returns the sandbox and
 // operation of the first call and writes nothing.
-func (s *Service) CreateSandbox(ctx context.Context, p Principal, req apitypes.CreateSandboxRequest, idempotencyKey string) (model.Sandbox, model.Operation, error) {
+func (s *Service) CreateSandbox(ctx context.Context, p Principal, req CreateParams, idempotencyKey string) (model.Sandbox, model.Operation, error) {
 	if len(idempotencyKey) > MaxIdempotencyKey {
 		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "Idempotency-Key is longer than %d characters", MaxIdempotencyKey)
 	}
@@ -107,7 +105,7 @@ func (s *Service) checkRuntime(ctx context.Context, rt string) error {
 	}
 	offered := []string{DefaultRuntime}
 	for _, w := range ws {
-		for _, r := range w.Runtimes {
+		for _, r := range w.RuntimeNames() {
 			if r == rt {
 				return nil
 			}
@@ -177,7 +175,7 @@ func (s *Service) resolveTemplate(ctx context.Context, ref string) (model.Templa
 		t, err = s.Store.GetTemplate(ctx, name, tag)
 	}
 	if errors.Is(err, model.ErrNotFound) {
-		return model.Template{}, "", model.Errorf(errTemplateNotFound, "template %q not found; %s", ref, templateListingHint)
+		return model.Template{}, "", withHint(model.Errorf(errTemplateNotFound, "template %q not found", ref), Hint{Kind: HintListTemplates})
 	}
 	if err != nil {
 		return model.Template{}, "", fmt.Errorf("resolve template %q: %w", ref, err)
@@ -231,7 +229,7 @@ func (s *Service) GetSandbox(ctx context.Context, p Principal, id string) (model
 // ListSandboxes returns one page of the caller's sandboxes and the cursor of
 // the next page ("" on the last). Deleted sandboxes are listed only when
 // f.States asks for them.
-func (s *Service) ListSandboxes(ctx context.Context, p Principal, f apitypes.SandboxFilter) ([]model.Sandbox, string, error) {
+func (s *Service) ListSandboxes(ctx context.Context, p Principal, f ListParams) ([]model.Sandbox, string, error) {
 	if f.Limit < 0 || f.Limit > MaxListLimit {
 		return nil, "", model.Errorf(model.ErrUnprocessable, "limit is %d; it must be between 1 and %d", f.Limit, MaxListLimit)
 	}

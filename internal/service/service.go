@@ -1,16 +1,21 @@
 // Package service holds Airlock's transport-free operations: authentication
 // and authorization, validation, desired-state writes (sandboxes and their
 // operations), command and file session tokens. The REST adapter
-// (internal/api) and the E2B adapter translate HTTP to these calls and
-// model's sentinel errors back to wire codes; nothing here knows HTTP status
-// codes. The service never drives a sandbox itself: it records what the user
-// wants, appends events and kicks the controllers.
+// (internal/api) and the E2B adapter translate their wire types into the
+// service's own (params.go) and model's sentinel errors back to wire codes;
+// the service knows neither API's routes nor their status codes (its
+// messages do name /v1's fields, e.g. timeout_s). Its errors are in neutral
+// words; a next step worth suggesting is a typed Hint (hint.go) that each
+// adapter words for its own clients. One exception to "transport-free" remains: the service calls
+// workers' data planes over HTTP itself (command lists, checkpoint export,
+// import and snapshot delete: workerRequest, workerError), reading their
+// answers through httperr. The service never drives a sandbox itself: it
+// records what the user wants, appends events and kicks the controllers.
 package service
 
 import (
 	"context"
 	"crypto/rand"
-	"encoding/base64"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -19,11 +24,10 @@ import (
 
 	"github.com/airlock/airlock/internal/events"
 	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/scheduler"
 	"github.com/airlock/airlock/internal/store"
+	"github.com/airlock/airlock/internal/token"
 )
-
-// SettingSigningKey is the store setting holding the base64 data-plane HMAC key.
-const SettingSigningKey = "dataplane_signing_key"
 
 // DefaultRuntime is the runtime sandboxes get when the request names none.
 const DefaultRuntime = "gvisor"
@@ -45,8 +49,14 @@ type Service struct {
 	Kick func()
 	// SigningKey returns the data-plane HMAC key (nil: StoreSigningKey(Store)).
 	SigningKey func(ctx context.Context) ([]byte, error)
-	// Ready reports whether the system can run sandboxes (nil: WorkersReady).
+	// Ready reports whether the system can run sandboxes (nil:
+	// scheduler.Ready over the store's workers, with
+	// scheduler.DefaultHeartbeatTTL; the server sets the controller's Ready).
 	Ready func(ctx context.Context) error
+	// Placer picks the worker an imported sandbox's archive goes to (nil:
+	// scheduler.Default); the server sets the controller's, so imports and
+	// the controller place alike.
+	Placer scheduler.Placer
 	// Logger receives internal errors (nil: slog.Default()).
 	Logger *slog.Logger
 	// DefaultRuntime is used when a create request names none ("": "gvisor").
@@ -80,10 +90,6 @@ type Service struct {
 	keyOnce sync.Once
 	keyFn   func(ctx context.Context) ([]byte, error)
 }
-
-// WorkerHeartbeatTTL is how recent a worker's heartbeat must be for
-// WorkersReady to count it.
-const WorkerHeartbeatTTL = 30 * time.Second
 
 func (s *Service) now() time.Time {
 	if s.Now != nil {
@@ -145,19 +151,27 @@ func (s *Service) signingKey(ctx context.Context) ([]byte, error) {
 // CheckReady reports whether the system can run sandboxes: nil, or an error
 // wrapping model.ErrUnavailable that says why.
 func (s *Service) CheckReady(ctx context.Context) error {
-	ready := s.Ready
-	if ready == nil {
-		ready = WorkersReady(s.Store, s.now)
+	if s.Ready != nil {
+		return s.Ready(ctx)
 	}
-	if err := ready(ctx); err != nil {
-		return err
+	ws, err := s.Store.ListWorkers(ctx)
+	if err != nil {
+		return model.Errorf(model.ErrUnavailable, "list workers: %v", err)
 	}
-	return nil
+	return scheduler.Ready(ws, s.now(), scheduler.DefaultHeartbeatTTL)
 }
 
-// StoreSigningKey returns a SigningKey func that reads the data-plane HMAC
-// key from the store setting SettingSigningKey, creating it on first use.
-// The key never changes once stored, so it is cached after the first read.
+func (s *Service) placer() scheduler.Placer {
+	if s.Placer != nil {
+		return s.Placer
+	}
+	return scheduler.Default{}
+}
+
+// StoreSigningKey returns a SigningKey func that reads the installation's
+// first data-plane key from st (token.SigningKey, the same key as
+// controller.Controller.SigningKey), creating it on first use. The key never
+// changes once stored, so it is cached after the first read.
 func StoreSigningKey(st store.Store) func(ctx context.Context) ([]byte, error) {
 	var (
 		mu  sync.Mutex
@@ -169,13 +183,9 @@ func StoreSigningKey(st store.Store) func(ctx context.Context) ([]byte, error) {
 		if key != nil {
 			return key, nil
 		}
-		v, err := st.PutSettingIfAbsent(ctx, SettingSigningKey, base64.StdEncoding.EncodeToString(newKey()))
+		k, err := token.SigningKey(ctx, st)
 		if err != nil {
-			return nil, fmt.Errorf("store signing key setting: %w", err)
-		}
-		k, err := base64.StdEncoding.DecodeString(v)
-		if err != nil || len(k) == 0 {
-			return nil, fmt.Errorf("decode signing key setting %q: not base64", SettingSigningKey)
+			return nil, err
 		}
 		key = k
 		return key, nil
@@ -188,21 +198,4 @@ func newKey() []byte {
 		panic(err)
 	}
 	return k
-}
-
-// WorkersReady returns a Ready func that is satisfied when at least one
-// worker has sent a heartbeat within WorkerHeartbeatTTL.
-func WorkersReady(st store.Store, now func() time.Time) func(ctx context.Context) error {
-	return func(ctx context.Context) error {
-		ws, err := st.ListWorkers(ctx)
-		if err != nil {
-			return model.Errorf(model.ErrUnavailable, "list workers: %v", err)
-		}
-		for _, w := range ws {
-			if now().Sub(w.LastHeartbeat) < WorkerHeartbeatTTL {
-				return nil
-			}
-		}
-		return model.Errorf(model.ErrUnavailable, "no worker has sent a heartbeat in the last %s; start one with `airlock worker` (or use `airlock up`)", WorkerHeartbeatTTL)
-	}
 }

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock/airlock/internal/api/apitypes"
 	"github.com/airlock/airlock/internal/events"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/service"
@@ -94,7 +93,7 @@ func TestTemplateReferences(t *testing.T) {
 		{"", d1}, {"base", d1}, {"base:latest", d1}, {"py:3.12", d2}, {d2, d2},
 		{"py", ""}, {"py:3.11", ""}, {"sha256:" + d1[7:70], ""}, {"sha256:cafe", ""}, {"a/b", ""}, {":x", ""},
 	} {
-		sb, _, err := s.CreateSandbox(ctx, p, apitypes.CreateSandboxRequest{Template: tc.ref}, "")
+		sb, _, err := s.CreateSandbox(ctx, p, service.CreateParams{Template: tc.ref}, "")
 		if tc.digest == "" {
 			if !errors.Is(err, model.ErrUnprocessable) {
 				t.Errorf("%q: err %v, want ErrUnprocessable", tc.ref, err)
@@ -124,7 +123,7 @@ func TestResourceLimits(t *testing.T) {
 		{model.Resources{}, true}, {model.Resources{VCPUs: 8, MemoryMiB: 16384}, true}, {model.Resources{VCPUs: 1, MemoryMiB: 128}, true},
 		{model.Resources{VCPUs: 9}, false}, {model.Resources{VCPUs: -1}, false}, {model.Resources{MemoryMiB: 127}, false}, {model.Resources{MemoryMiB: 16385}, false},
 	} {
-		_, _, err := s.CreateSandbox(ctx, p, apitypes.CreateSandboxRequest{Resources: tc.res}, "")
+		_, _, err := s.CreateSandbox(ctx, p, service.CreateParams{Resources: tc.res}, "")
 		if tc.ok != (err == nil) || err != nil && !errors.Is(err, model.ErrUnprocessable) {
 			t.Errorf("%+v: %v", tc.res, err)
 		}

@@ -21,26 +21,58 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/airlock/airlock/internal/api/apitypes"
+	"github.com/airlock/airlock/internal/httperr"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/scheduler"
 	"github.com/airlock/airlock/internal/snapshot"
 	"github.com/airlock/airlock/internal/store"
 	"github.com/airlock/airlock/internal/token"
+	"github.com/airlock/airlock/internal/workerapi"
 )
 
 // checkpointName is what a checkpoint may be called.
 var checkpointName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 
-// snapshotRuntimes are the runtimes checkpoints, rollback and forks work on.
-var snapshotRuntimes = []string{"gvisor"}
+// snapshotCaps are the powers checkpoints, rollback, forks and imports
+// need of a sandbox's runtime.
+var snapshotCaps = model.RuntimeCaps{Snapshot: true, LeaveRunning: true, Fork: true}
+
+// snapshotRuntimes lists, sorted, the runtimes checkpoints, rollback, forks
+// and imports work on: those with snapshotCaps as a registered worker
+// declares them, and of the runtimes no registered worker offers, those
+// model.LegacyRuntimes gives them (a sandbox whose workers are all gone
+// keeps what its runtime could do).
+func (s *Service) snapshotRuntimes(ctx context.Context) ([]string, error) {
+	ws, err := s.Store.ListWorkers(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list workers: %w", err)
+	}
+	can := map[string]bool{}
+	for _, w := range ws {
+		for _, r := range w.Runtimes {
+			can[r.Name] = can[r.Name] || r.Caps.Has(snapshotCaps)
+		}
+	}
+	for _, r := range model.LegacyRuntimes() {
+		if _, offered := can[r.Name]; !offered {
+			can[r.Name] = r.Caps.Has(snapshotCaps)
+		}
+	}
+	var names []string
+	for n, ok := range can {
+		if ok {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	return names, nil
+}
 
 // streamClient moves archives to and from workers: no overall timeout (an
 // archive may be GiBs), the request's context bounds it.
@@ -58,8 +90,8 @@ func (s *Service) requireSnapshots(ctx context.Context, orgID string) error {
 			return nil
 		}
 	}
-	return model.Errorf(model.ErrForbidden, "checkpoints, rollback, forks and export/import need the %q feature gate, which org %s does not have; an admin of the %q org can enable it with PATCH /v1/orgs/%s {\"features\":[%q]}",
-		model.FeatureSnapshots, orgID, DefaultOrgName, orgID, model.FeatureSnapshots)
+	return withHint(model.Errorf(model.ErrForbidden, "checkpoints, rollback, forks and export/import need the %q feature gate, which org %s does not have; an admin of the %q org can enable it",
+		model.FeatureSnapshots, orgID, DefaultOrgName), Hint{Kind: HintGrantFeatures, OrgID: orgID, Features: []string{model.FeatureSnapshots}})
 }
 
 // snapshotSandbox returns sandbox id of p's org once the gate and the
@@ -72,20 +104,15 @@ func (s *Service) snapshotSandbox(ctx context.Context, p Principal, id string) (
 	if err := s.requireSnapshots(ctx, sb.OrgID); err != nil {
 		return model.Sandbox{}, err
 	}
-	if !runtimeSnapshots(sb.Runtime) {
+	rts, err := s.snapshotRuntimes(ctx)
+	if err != nil {
+		return model.Sandbox{}, err
+	}
+	if !slices.Contains(rts, sb.Runtime) {
 		return model.Sandbox{}, model.Errorf(model.ErrConflict, "sandbox %s runs on the %s runtime; checkpoints, rollback and forks are available on the %s runtime only for now",
-			id, sb.Runtime, strings.Join(snapshotRuntimes, ", "))
+			id, sb.Runtime, strings.Join(rts, ", "))
 	}
 	return sb, nil
-}
-
-func runtimeSnapshots(rt string) bool {
-	for _, r := range snapshotRuntimes {
-		if rt == r {
-			return true
-		}
-	}
-	return false
 }
 
 // CreateCheckpoint starts writing checkpoint name of a running or paused
@@ -137,7 +164,7 @@ func (s *Service) RollbackSandbox(ctx context.Context, p Principal, id, checkpoi
 		return model.Operation{}, err
 	}
 	if checkpoint == "" {
-		return model.Operation{}, model.Errorf(model.ErrUnprocessable, "checkpoint is required: the name of one of the sandbox's checkpoints (GET /v1/sandboxes/%s/checkpoints)", id)
+		return model.Operation{}, withHint(model.Errorf(model.ErrUnprocessable, "checkpoint is required: the name of one of the sandbox's checkpoints"), Hint{Kind: HintListCheckpoints, SandboxID: id})
 	}
 	task := &model.Task{Checkpoint: checkpoint}
 	return s.requestLifecycle(ctx, LifecycleRequest{
@@ -146,7 +173,7 @@ func (s *Service) RollbackSandbox(ctx context.Context, p Principal, id, checkpoi
 		Guard: func(cur model.Sandbox) error {
 			cp, ok := cur.FindCheckpoint(checkpoint)
 			if !ok {
-				return model.Errorf(model.ErrNotFound, "sandbox %s has no checkpoint named %q; GET /v1/sandboxes/%s/checkpoints lists them", id, checkpoint, id)
+				return noCheckpoint(id, checkpoint)
 			}
 			task.SnapshotID = cp.SnapshotID // StartLifecycle copies the task after the guard
 			return nil
@@ -158,7 +185,7 @@ func (s *Service) RollbackSandbox(ctx context.Context, p Principal, id, checkpoi
 // checkpoint req.FromCheckpoint, on the worker that holds it. Each fork
 // has its own create operation of kind fork. A repeated idempotencyKey
 // returns the forks of the first call.
-func (s *Service) ForkSandboxes(ctx context.Context, p Principal, req apitypes.CreateSandboxRequest, idempotencyKey string) ([]apitypes.CreateSandboxResponse, error) {
+func (s *Service) ForkSandboxes(ctx context.Context, p Principal, req CreateParams, idempotencyKey string) ([]Created, error) {
 	ref := req.FromCheckpoint
 	if ref == nil {
 		return nil, model.Errorf(model.ErrUnprocessable, "from_checkpoint is required to fork")
@@ -173,8 +200,8 @@ func (s *Service) ForkSandboxes(ctx context.Context, p Principal, req apitypes.C
 	if count == 0 {
 		count = 1
 	}
-	if count < 1 || count > apitypes.MaxForks {
-		return nil, model.Errorf(model.ErrUnprocessable, "count is %d; it must be between 1 and %d", req.Count, apitypes.MaxForks)
+	if count < 1 || count > MaxForks {
+		return nil, model.Errorf(model.ErrUnprocessable, "count is %d; it must be between 1 and %d", req.Count, MaxForks)
 	}
 	if len(idempotencyKey)+4 > MaxIdempotencyKey {
 		return nil, model.Errorf(model.ErrUnprocessable, "Idempotency-Key is longer than %d characters", MaxIdempotencyKey-4)
@@ -185,7 +212,7 @@ func (s *Service) ForkSandboxes(ctx context.Context, p Principal, req apitypes.C
 	}
 	cp, ok := src.FindCheckpoint(ref.Checkpoint)
 	if !ok {
-		return nil, model.Errorf(model.ErrNotFound, "sandbox %s has no checkpoint named %q; GET /v1/sandboxes/%s/checkpoints lists them", src.ID, ref.Checkpoint, src.ID)
+		return nil, noCheckpoint(src.ID, ref.Checkpoint)
 	}
 	if src.DesiredState == model.StateDeleted || src.State.Terminal() && src.State != model.StateFailed || src.WorkerID == "" {
 		return nil, model.Errorf(model.ErrConflict, "sandbox %s is %s; its checkpoints are gone or unreachable", src.ID, src.State)
@@ -201,7 +228,7 @@ func (s *Service) ForkSandboxes(ctx context.Context, p Principal, req apitypes.C
 	if err := s.admit(ctx, p.OrgID, base.Resources, count); err != nil {
 		return nil, err
 	}
-	out := make([]apitypes.CreateSandboxResponse, 0, count)
+	out := make([]Created, 0, count)
 	for i := range count {
 		sb := base
 		sb.ID = model.NewID("sb")
@@ -219,7 +246,7 @@ func (s *Service) ForkSandboxes(ctx context.Context, p Principal, req apitypes.C
 		} else {
 			s.publish(ctx, &sb, &op)
 		}
-		out = append(out, apitypes.CreateSandboxResponse{Sandbox: sb, Operation: op})
+		out = append(out, Created{Sandbox: sb, Operation: op})
 	}
 	s.touch(ctx, src.ID)
 	s.kick()
@@ -229,7 +256,7 @@ func (s *Service) ForkSandboxes(ctx context.Context, p Principal, req apitypes.C
 // newSandbox is a pending sandbox of p's org with the per-request settings
 // of req (env, metadata, timeout, idle, auto-wake); the caller sets the
 // template, runtime, resources and source.
-func (s *Service) newSandbox(ctx context.Context, p Principal, req apitypes.CreateSandboxRequest) (model.Sandbox, error) {
+func (s *Service) newSandbox(ctx context.Context, p Principal, req CreateParams) (model.Sandbox, error) {
 	if err := validateEnv("env", req.Env); err != nil {
 		return model.Sandbox{}, err
 	}
@@ -238,6 +265,11 @@ func (s *Service) newSandbox(ctx context.Context, p Principal, req apitypes.Crea
 	}
 	if req.TimeoutS < 0 {
 		return model.Sandbox{}, model.Errorf(model.ErrUnprocessable, "timeout_s is %d; it must be 0 (no expiry) or more", req.TimeoutS)
+	}
+	switch req.OnExpiry {
+	case "", model.ExpiryDelete, model.ExpirySuspend:
+	default:
+		return model.Sandbox{}, model.Errorf(model.ErrUnprocessable, "unknown expiry action %.40q; it is %q or %q", req.OnExpiry, model.ExpiryDelete, model.ExpirySuspend)
 	}
 	idle, err := s.idleSuspend(ctx, p.OrgID, req.IdleSuspendAfterS)
 	if err != nil {
@@ -249,7 +281,7 @@ func (s *Service) newSandbox(ctx context.Context, p Principal, req apitypes.Crea
 	now := s.now()
 	sb := model.Sandbox{
 		OrgID: p.OrgID, State: model.StatePending, DesiredState: model.StateRunning,
-		Env: req.Env, Metadata: req.Metadata, TimeoutS: req.TimeoutS,
+		Env: req.Env, Metadata: req.Metadata, TimeoutS: req.TimeoutS, OnExpiry: req.OnExpiry,
 		CreatedAt: now, UpdatedAt: now, LastActivityAt: now,
 		IdleSuspendS: idle, NoAutoWake: req.AutoWake != nil && !*req.AutoWake,
 		PublicTraffic: req.PublicTraffic,
@@ -290,7 +322,7 @@ func (s *Service) ExportCheckpoint(ctx context.Context, p Principal, id, name st
 	}
 	cp, ok := sb.FindCheckpoint(name)
 	if !ok {
-		return Export{}, model.Errorf(model.ErrNotFound, "sandbox %s has no checkpoint named %q; GET /v1/sandboxes/%s/checkpoints lists them", id, name, id)
+		return Export{}, noCheckpoint(id, name)
 	}
 	if sb.DesiredState == model.StateDeleted || sb.State == model.StateDeleted {
 		return Export{}, model.Errorf(model.ErrConflict, "sandbox %s is being deleted; its checkpoints go with it", id)
@@ -310,7 +342,7 @@ func (s *Service) ExportCheckpoint(ctx context.Context, p Principal, id, name st
 		}
 	}()
 	req, err := s.workerRequest(ctx, w, sb, token.Claims{Scope: token.ScopeSnapshot, Snapshot: cp.SnapshotID},
-		http.MethodGet, "/snapshots/"+url.PathEscape(cp.SnapshotID)+"/export", nil)
+		http.MethodGet, workerapi.ExportPath(sb.ID, cp.SnapshotID), nil)
 	if err != nil {
 		return Export{}, err
 	}
@@ -372,25 +404,17 @@ type readCloser struct {
 }
 
 // workerError turns a worker's error answer into a model error with its
-// message: 4xx keep their meaning, anything else is unavailable.
+// message (internal/httperr): what the user's request did wrong (invalid,
+// unprocessable, not found, conflict, too large) keeps its meaning; anything
+// else, the worker refusing the server's own credentials included, is the
+// worker failing: unavailable.
 func workerError(resp *http.Response, wid, what string) error {
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	msg := strings.TrimSpace(string(body))
-	var eb apitypes.ErrorResponse
-	if json.Unmarshal(body, &eb) == nil && eb.Error.Message != "" {
-		msg = eb.Error.Message
+	err := httperr.FromResponse(resp)
+	switch kind := httperr.Kind(err); kind {
+	case model.ErrInvalid, model.ErrUnprocessable, model.ErrNotFound, model.ErrConflict, model.ErrTooLarge:
+		return model.Errorf(kind, "%s", err)
 	}
-	switch resp.StatusCode {
-	case http.StatusBadRequest, http.StatusUnprocessableEntity:
-		return model.Errorf(model.ErrUnprocessable, "%s", msg)
-	case http.StatusNotFound:
-		return model.Errorf(model.ErrNotFound, "%s", msg)
-	case http.StatusConflict:
-		return model.Errorf(model.ErrConflict, "%s", msg)
-	case http.StatusRequestEntityTooLarge:
-		return model.Errorf(model.ErrTooLarge, "%s", msg)
-	}
-	return model.Errorf(model.ErrUnavailable, "worker %s answered %s %s: %s", wid, resp.Status, what, msg)
+	return model.Errorf(model.ErrUnavailable, "worker %s answered %s %s: %s", wid, resp.Status, what, err)
 }
 
 // ImportSandbox creates a sandbox from a checkpoint archive: it reads the
@@ -399,7 +423,7 @@ func workerError(resp *http.Response, wid, what string) error {
 // verifies every artifact) and records a pending sandbox that starts from
 // it, with the archive's checkpoint listed under its name. On failure
 // nothing is recorded and the worker drops what it received.
-func (s *Service) ImportSandbox(ctx context.Context, p Principal, req apitypes.CreateSandboxRequest, archive io.Reader, idempotencyKey string) (model.Sandbox, model.Operation, error) {
+func (s *Service) ImportSandbox(ctx context.Context, p Principal, req CreateParams, archive io.Reader, idempotencyKey string) (model.Sandbox, model.Operation, error) {
 	if err := s.requireSnapshots(ctx, p.OrgID); err != nil {
 		return model.Sandbox{}, model.Operation{}, err
 	}
@@ -421,15 +445,19 @@ func (s *Service) ImportSandbox(ctx context.Context, p Principal, req apitypes.C
 	if m.Name != "" && !checkpointName.MatchString(m.Name) {
 		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "the archive's checkpoint name %.80q is invalid: a checkpoint name is 1-63 of a-z, 0-9, '.', '_' and '-', starting with a letter or digit", m.Name)
 	}
-	if !runtimeSnapshots(m.Runtime) {
-		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "the archive was written by the %.80q runtime; imports work for the %s runtime only for now", m.Runtime, strings.Join(snapshotRuntimes, ", "))
+	rts, err := s.snapshotRuntimes(ctx)
+	if err != nil {
+		return model.Sandbox{}, model.Operation{}, err
+	}
+	if !slices.Contains(rts, m.Runtime) {
+		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "the archive was written by the %.80q runtime; imports work for the %s runtime only for now", m.Runtime, strings.Join(rts, ", "))
 	}
 	if m.TemplateDigest == "" {
 		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "the archive's manifest does not name the template it was taken on (template_digest); export it again with this version")
 	}
 	tpl, err := s.Store.GetTemplateByDigest(ctx, m.TemplateDigest)
 	if errors.Is(err, model.ErrNotFound) {
-		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "the archive was taken on template %.80q (%.80q), which this installation does not have; %s", m.Template, m.TemplateDigest, templateListingHint)
+		return model.Sandbox{}, model.Operation{}, withHint(model.Errorf(model.ErrUnprocessable, "the archive was taken on template %.80q (%.80q), which this installation does not have", m.Template, m.TemplateDigest), Hint{Kind: HintListTemplates})
 	}
 	if err != nil {
 		return model.Sandbox{}, model.Operation{}, fmt.Errorf("get template %s: %w", m.TemplateDigest, err)
@@ -459,7 +487,7 @@ func (s *Service) ImportSandbox(ctx context.Context, p Principal, req apitypes.C
 	if err != nil {
 		return model.Sandbox{}, model.Operation{}, fmt.Errorf("list sandboxes: %w", err)
 	}
-	wid, err := scheduler.Pick(workers, scheduler.LoadOf(sbs), scheduler.RequestFor(sb), s.now(), WorkerHeartbeatTTL)
+	wid, err := s.placer().Place(scheduler.Cluster{Workers: workers, Load: scheduler.LoadOf(sbs), Now: s.now()}, scheduler.RequestFor(sb))
 	if err != nil {
 		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnavailable, "no worker can take the imported sandbox: %v", err)
 	}
@@ -499,7 +527,7 @@ func (s *Service) ImportSandbox(ctx context.Context, p Principal, req apitypes.C
 // sendArchive streams an archive into worker w's snapshot store under
 // sandbox sb and returns the committed manifest.
 func (s *Service) sendArchive(ctx context.Context, w model.Worker, sb model.Sandbox, archive io.Reader) (snapshot.Manifest, error) {
-	req, err := s.workerRequest(ctx, w, sb, token.Claims{Scope: token.ScopeSnapshot}, http.MethodPost, "/snapshots", archive)
+	req, err := s.workerRequest(ctx, w, sb, token.Claims{Scope: token.ScopeSnapshot}, http.MethodPost, workerapi.SnapshotsPath(sb.ID), archive)
 	if err != nil {
 		return snapshot.Manifest{}, err
 	}
@@ -528,7 +556,7 @@ func (s *Service) sendArchive(ctx context.Context, w model.Worker, sb model.Sand
 func (s *Service) dropSnapshots(w model.Worker, sb model.Sandbox) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	req, err := s.workerRequest(ctx, w, sb, token.Claims{Scope: token.ScopeSnapshot}, http.MethodDelete, "/snapshots", nil)
+	req, err := s.workerRequest(ctx, w, sb, token.Claims{Scope: token.ScopeSnapshot}, http.MethodDelete, workerapi.SnapshotsPath(sb.ID), nil)
 	if err != nil {
 		return
 	}
@@ -582,7 +610,7 @@ func (s *Service) orgHas(ctx context.Context, orgID, f string) (bool, error) {
 func (s *Service) peekManifest(ctx context.Context, orgID string, archive io.Reader) (snapshot.Manifest, io.Reader, error) {
 	h, err := snapshot.ReadHead(archive)
 	if err != nil {
-		return snapshot.Manifest{}, nil, model.Errorf(model.ErrUnprocessable, "the archive is not a checkpoint archive (a tar stream from GET /v1/sandboxes/{id}/checkpoints/{name}/export): %v", err)
+		return snapshot.Manifest{}, nil, withHint(model.Errorf(model.ErrUnprocessable, "the archive is not a checkpoint archive: %v", err), Hint{Kind: HintExportArchive})
 	}
 	if h.Signature == nil {
 		trusted, err := s.orgHas(ctx, orgID, model.FeatureUnsignedImports)
@@ -590,8 +618,9 @@ func (s *Service) peekManifest(ctx context.Context, orgID string, archive io.Rea
 			return snapshot.Manifest{}, nil, err
 		}
 		if !trusted {
-			return snapshot.Manifest{}, nil, model.Errorf(model.ErrUnprocessable, "the archive is not signed by this installation (it has no %s after %s): importing unsigned archives needs the %q feature gate, which org %s does not have; import an archive exported by this installation, or ask an operator to grant the gate (PATCH /v1/orgs/%s {\"features\":[%q,%q]})",
-				snapshot.SignatureFile, snapshot.ManifestFile, model.FeatureUnsignedImports, orgID, orgID, model.FeatureSnapshots, model.FeatureUnsignedImports)
+			return snapshot.Manifest{}, nil, withHint(model.Errorf(model.ErrUnprocessable, "the archive is not signed by this installation (it has no %s after %s): importing unsigned archives needs the %q feature gate, which org %s does not have; import an archive exported by this installation, or ask an operator to grant the gate",
+				snapshot.SignatureFile, snapshot.ManifestFile, model.FeatureUnsignedImports, orgID),
+				Hint{Kind: HintGrantFeatures, OrgID: orgID, Features: []string{model.FeatureSnapshots, model.FeatureUnsignedImports}})
 		}
 		return h.Manifest, h.Unsigned(), nil
 	}

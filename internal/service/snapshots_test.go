@@ -12,7 +12,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlock/airlock/internal/api/apitypes"
 	"github.com/airlock/airlock/internal/events"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/service"
@@ -38,7 +37,7 @@ func importServiceOn(t *testing.T, s *service.Service, fs ...string) *service.Se
 	if _, _, err := s.Bootstrap(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.UpdateOrg(t.Context(), operator, service.DefaultOrgID, apitypes.UpdateOrgRequest{Features: &fs}); err != nil {
+	if _, err := s.UpdateOrg(t.Context(), operator, service.DefaultOrgID, service.OrgUpdate{Features: &fs}); err != nil {
 		t.Fatalf("set features %v: %v", fs, err)
 	}
 	return s
@@ -50,7 +49,7 @@ func importServiceOn(t *testing.T, s *service.Service, fs ...string) *service.Se
 func TestImportMetaHeaderFlood(t *testing.T) {
 	s := importService(t, model.FeatureSnapshots)
 	flood := &snapshottest.MetaFlood{}
-	_, _, err := s.ImportSandbox(t.Context(), operator, apitypes.CreateSandboxRequest{}, io.LimitReader(flood, 256<<20), "")
+	_, _, err := s.ImportSandbox(t.Context(), operator, service.CreateParams{}, io.LimitReader(flood, 256<<20), "")
 	t.Logf("read %d bytes: %v", flood.N, err)
 	if !errors.Is(err, model.ErrUnprocessable) && !errors.Is(err, model.ErrInvalid) {
 		t.Fatalf("import of a meta-header flood: %v, want 422", err)
@@ -174,6 +173,11 @@ func TestImportSignatures(t *testing.T) {
 			return &service.Service{Store: st, Events: events.New(st)}
 		},
 	}
+	if testing.Short() && os.Getenv(pgtest.EnvURL) == "" {
+		// A skip inside the store loop would skip sqlite's half too.
+		t.Logf("-short: sqlite only: no private PostgreSQL in the fast tier (set %s to add a running one)", pgtest.EnvURL)
+		delete(stores, "postgres")
+	}
 	otherKey := []byte("another installation's key......")
 	tamper := func(m *snapshot.Manifest) { m.Artifacts[0].SHA256 = strings.Repeat("ab", 32) }
 	signedThenTampered := func(t *testing.T) []byte {
@@ -221,7 +225,7 @@ func TestImportSignatures(t *testing.T) {
 			} {
 				for name, open := range stores {
 					s := withExportKey(t, importServiceOn(t, open(t), org.gates...))
-					_, _, err := s.ImportSandbox(t.Context(), operator, apitypes.CreateSandboxRequest{}, bytes.NewReader(tc.archive(t)), "")
+					_, _, err := s.ImportSandbox(t.Context(), operator, service.CreateParams{}, bytes.NewReader(tc.archive(t)), "")
 					switch {
 					case org.want == "" && !accepted(err):
 						t.Errorf("%s, org with %v: import = %v, want it accepted (503 from placement)", name, org.gates, err)
@@ -297,7 +301,7 @@ func TestImportManifestChecks(t *testing.T) {
 		{"runtime of 1 MiB", checkpointArchive(t, goodMeta, func(m *snapshot.Manifest) { m.Runtime = strings.Repeat("r", 1<<20-4096) }, exportKey), "runtime only"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, _, err := s.ImportSandbox(t.Context(), operator, apitypes.CreateSandboxRequest{}, bytes.NewReader(tc.archive), "")
+			_, _, err := s.ImportSandbox(t.Context(), operator, service.CreateParams{}, bytes.NewReader(tc.archive), "")
 			switch {
 			case tc.want == "" && !accepted(err):
 				t.Fatalf("import = %v, want it accepted (503 from placement)", err)

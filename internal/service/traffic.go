@@ -53,7 +53,8 @@ func (s *Service) CheckTraffic(ctx context.Context, sb model.Sandbox, tok string
 	}
 	tok = strings.TrimSpace(tok)
 	if tok == "" {
-		return model.Errorf(model.ErrUnauthorized, "sandbox %s does not accept public traffic: send its traffic token in the %s header (traffic_token of GET /v1/sandboxes/%s, or trafficAccessToken of the E2B API), or create the sandbox with public_traffic: true", sb.ID, TrafficTokenHeader, sb.ID)
+		return withHint(model.Errorf(model.ErrUnauthorized, "sandbox %s does not accept public traffic: send its traffic token in the %s header, or create the sandbox with public traffic", sb.ID, TrafficTokenHeader),
+			Hint{Kind: HintTrafficToken, SandboxID: sb.ID})
 	}
 	want, err := s.TrafficToken(ctx, sb)
 	if err != nil {

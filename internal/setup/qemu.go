@@ -49,7 +49,7 @@ var qemuPackages = map[string]string{ // command → package
 	"cpio":               "cpio",
 	"mkfs.ext4":          "e2fsprogs",
 	"depmod":             "kmod",
-	"ip":                 "iproute2",
+	"nsenter":            "util-linux", // the launcher enters the sandbox's network namespace
 }
 
 // QEMUAssets are the host files the qemu runtime boots from.

@@ -10,15 +10,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlock/airlock/internal/testenv"
 )
 
 func TestEnsureQEMU(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (apt-get)")
-	}
-	if _, err := exec.LookPath("apt-get"); err != nil {
-		t.Skip("needs apt-get (Debian)")
-	}
+	testenv.RequireRoot(t, "apt-get")
+	testenv.RequireTool(t, "apt-get", "Debian's package manager installs QEMU")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	agent := buildStatic(t, "init")
@@ -79,9 +77,7 @@ func TestEnsureQEMU(t *testing.T) {
 }
 
 func TestEnsureTemplateImage(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (chown in the tree)")
-	}
+	testenv.RequireRoot(t, "chown in the tree")
 	if _, err := exec.LookPath("debugfs"); err != nil {
 		if _, err := os.Stat("/usr/sbin/debugfs"); err != nil {
 			t.Skip("needs e2fsprogs (debugfs)")

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlock/airlock/internal/testenv"
 )
 
 // testCacheDir is shared by every test run on the machine so the Debian
@@ -20,9 +22,7 @@ const testCacheDir = "/var/tmp/airlock-test-cache"
 // buildStatic compiles a tiny static Go program printing msg.
 func buildStatic(t *testing.T, msg string) string {
 	t.Helper()
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("needs the go command to build a static test binary")
-	}
+	testenv.RequireTool(t, "go", "to build a static test binary")
 	src := t.TempDir()
 	os.WriteFile(filepath.Join(src, "go.mod"), []byte("module hello\ngo 1.26\n"), 0o644)
 	os.WriteFile(filepath.Join(src, "main.go"), []byte("package main\nfunc main() { println(\""+msg+"\") }\n"), 0o644)
@@ -74,8 +74,8 @@ func TestDigest(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if tt.name == "owner" && os.Geteuid() != 0 {
-				t.Skip("chown needs root")
+			if tt.name == "owner" {
+				testenv.RequireRoot(t, "chown")
 			}
 			root := t.TempDir()
 			writeTree(t, root)
@@ -171,12 +171,7 @@ func TestEnsureRunscReuse(t *testing.T) {
 // TestEnsureRunscBuild really builds the pinned runsc from the Go module
 // proxy (about a minute; skipped with -short).
 func TestEnsureRunscBuild(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds runsc from the module proxy; skipped with -short")
-	}
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("needs the go command")
-	}
+	testenv.RequireGoBuild(t, "runsc from the module proxy")
 	t.Setenv(RunscEnv, "")
 	dir := t.TempDir()
 	var progress bytes.Buffer
@@ -216,9 +211,7 @@ func TestEnsureRunscBuild(t *testing.T) {
 }
 
 func TestEnsureBaseTemplate(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (debootstrap, chown)")
-	}
+	testenv.RequireRoot(t, "debootstrap, chown")
 	agentA := buildStatic(t, "agent A")
 	ctx := context.Background()
 	var progress bytes.Buffer

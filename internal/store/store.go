@@ -1,13 +1,23 @@
-// Package store defines the control plane's persistence contract. Two
-// backends implement it, SQLite (internal/store/sqlite, embedded, one host)
-// and PostgreSQL (internal/store/postgres, any number of servers), and both
+// Package store defines the control plane's persistence contract. One
+// implementation serves it, internal/store/sqlstore over database/sql, on
+// two databases: SQLite (internal/store/sqlite, embedded, one host) and
+// PostgreSQL (internal/store/postgres, any number of servers), each of
+// which keeps only its Open, its migrations and its sqlstore.Dialect. Both
 // pass the same conformance suite (internal/store/storetest).
 //
 // Every sandbox write is a guarded transition: the caller names the
 // generation it read, and the update applies only if the row still has it
 // (compare-and-set). A lost race returns model.ErrConflict; the caller
 // re-reads and decides again, which is what level-triggered controllers do
-// anyway.
+// anyway. Writes that must land together (a sandbox and its operation) run
+// in one transaction, Store.InTx:
+//
+//	err := st.InTx(ctx, func(tx store.Tx) error {
+//		if _, err := tx.UpdateSandbox(ctx, sb); err != nil {
+//			return err
+//		}
+//		return tx.CreateOperation(ctx, op)
+//	})
 package store
 
 import (
@@ -17,11 +27,45 @@ import (
 	"github.com/airlock/airlock/internal/model"
 )
 
-// Store is the whole persistence surface. Implementations must be safe for
-// concurrent use. Errors wrap model.ErrNotFound, model.ErrConflict or
-// model.ErrInvalid where those apply.
+// Store is the whole persistence surface: the per-aggregate interfaces
+// below, transactions over them (InTx) and Close. Implementations must be
+// safe for concurrent use. Errors wrap model.ErrNotFound,
+// model.ErrConflict or model.ErrInvalid where those apply.
 type Store interface {
-	// Orgs and keys.
+	Tx
+	Close() error
+}
+
+// Tx is the data surface, on the store itself or bound to one transaction
+// (the argument of InTx's fn). Code that needs only part of it takes the
+// aggregate's interface (Sandboxes, Events, …).
+type Tx interface {
+	Orgs
+	Workers
+	Templates
+	Sandboxes
+	Pools
+	Operations
+	Events
+	Settings
+
+	// InTx runs fn in one transaction and commits it if fn returns nil;
+	// otherwise nothing fn wrote stays, and InTx returns fn's error as it
+	// is. fn must use only the Tx it is given (on SQLite a write through the
+	// store itself would wait for the transaction forever), must not keep
+	// it, and may run more than once: the whole transaction is retried when
+	// the database reports a serialization failure. On a Tx, InTx nests (a
+	// savepoint): fn's failure undoes only fn's writes. After a method of a
+	// transaction's Tx fails, fn should return (PostgreSQL refuses every
+	// further statement of the transaction); a write that may fail and
+	// that fn means to survive goes in a nested InTx. Each method that
+	// writes several rows (CreateSandbox, ClaimSandbox, …) is atomic by
+	// itself too, inside a transaction or not.
+	InTx(ctx context.Context, fn func(tx Tx) error) error
+}
+
+// Orgs are organizations and their API keys.
+type Orgs interface {
 	CreateOrg(ctx context.Context, org model.Org) error
 	GetOrg(ctx context.Context, id string) (model.Org, error)
 	ListOrgs(ctx context.Context) ([]model.Org, error)
@@ -39,6 +83,13 @@ type Store interface {
 	// before keeps its first time) and returns the key; ErrNotFound if
 	// orgID has no such key.
 	RevokeAPIKey(ctx context.Context, orgID, id string, at time.Time) (model.APIKey, error)
+}
+
+// Workers are the registered workers and their credentials.
+type Workers interface {
+	UpsertWorker(ctx context.Context, w model.Worker) error
+	GetWorker(ctx context.Context, id string) (model.Worker, error)
+	ListWorkers(ctx context.Context) ([]model.Worker, error)
 
 	// Worker credentials: the hash of each worker's own secret, bound to
 	// its id. PutWorkerCredential stores c only if the stored hash is
@@ -47,13 +98,19 @@ type Store interface {
 	GetWorkerCredential(ctx context.Context, workerID string) (WorkerCredential, error)
 	PutWorkerCredential(ctx context.Context, c WorkerCredential, oldHash string) error
 	DeleteWorkerCredential(ctx context.Context, workerID string) error
+}
 
-	// Templates. PutTemplate upserts name:tag → digest.
+// Templates map name:tag to an image digest.
+type Templates interface {
+	// PutTemplate upserts name:tag → digest.
 	PutTemplate(ctx context.Context, t model.Template) error
 	GetTemplate(ctx context.Context, name, tag string) (model.Template, error)
 	GetTemplateByDigest(ctx context.Context, digest string) (model.Template, error)
 	ListTemplates(ctx context.Context) ([]model.Template, error)
+}
 
+// Sandboxes are the sandboxes' desired and observed state.
+type Sandboxes interface {
 	// CreateSandbox inserts the sandbox, its first operation and, when
 	// idempotencyKey is not empty, the key → (sandbox, operation) mapping, in
 	// one transaction. If the key was already used by the same org, nothing is
@@ -66,14 +123,6 @@ type Store interface {
 	// and stores it with Generation+1 and UpdatedAt=now. It returns the stored
 	// row. ErrConflict if the generation moved, ErrNotFound if absent.
 	UpdateSandbox(ctx context.Context, sb model.Sandbox) (model.Sandbox, error)
-	// UpdateSandboxAndOperation does both guarded writes in one transaction
-	// (the operation is guarded on its current state: op.State is written only
-	// if the stored operation is not Done).
-	UpdateSandboxAndOperation(ctx context.Context, sb model.Sandbox, op model.Operation) (model.Sandbox, model.Operation, error)
-	// UpdateSandboxCreateOperation does the guarded sandbox write (as
-	// UpdateSandbox) and inserts op, in one transaction: a lifecycle request
-	// changes the desired state and records its operation atomically.
-	UpdateSandboxCreateOperation(ctx context.Context, sb model.Sandbox, op model.Operation) (model.Sandbox, model.Operation, error)
 	// TouchSandbox sets LastActivityAt without bumping the generation.
 	TouchSandbox(ctx context.Context, id string, at time.Time) error
 	// ClaimSandbox hands a warm-pool member to an org, in one transaction:
@@ -84,43 +133,60 @@ type Store interface {
 	// that org already used the key, nothing is written and the earlier
 	// sandbox and operation are returned with existed=true.
 	ClaimSandbox(ctx context.Context, sb model.Sandbox, op model.Operation, idempotencyKey string) (model.Sandbox, model.Operation, bool, error)
+}
 
-	// Warm pools, keyed by template digest. PutPool upserts (CreatedAt is
-	// kept on update); DeletePool is ErrNotFound if absent.
+// Pools are the warm pools' configuration, keyed by template digest.
+type Pools interface {
+	// PutPool upserts (CreatedAt is kept on update); DeletePool is
+	// ErrNotFound if absent.
 	PutPool(ctx context.Context, p model.Pool) error
 	ListPools(ctx context.Context) ([]model.Pool, error)
 	DeletePool(ctx context.Context, digest string) error
+}
 
-	// Operations.
+// Operations are the long-running requests on sandboxes.
+type Operations interface {
 	CreateOperation(ctx context.Context, op model.Operation) error
 	GetOperation(ctx context.Context, id string) (model.Operation, error)
 	// UpdateOperation writes op if the stored one is not Done yet
-	// (ErrConflict otherwise).
+	// (ErrConflict otherwise) and stores it with UpdatedAt=now.
 	UpdateOperation(ctx context.Context, op model.Operation) (model.Operation, error)
 	// ListOperations returns operations that are not Done (for controllers),
 	// or, when sandboxID is set, every operation of that sandbox.
 	ListOperations(ctx context.Context, f OperationFilter) ([]model.Operation, error)
+}
 
-	// Workers.
-	UpsertWorker(ctx context.Context, w model.Worker) error
-	GetWorker(ctx context.Context, id string) (model.Worker, error)
-	ListWorkers(ctx context.Context) ([]model.Worker, error)
-
-	// Events: an append-only log with a monotonically increasing Seq.
+// Events are an append-only log with a monotonically increasing Seq.
+type Events interface {
+	// AppendEvent stores ev with the next Seq (Time=now if unset) and
+	// returns it as stored.
 	AppendEvent(ctx context.Context, ev model.Event) (model.Event, error)
 	// ListEvents returns events with Seq > afterSeq, oldest first, at most
 	// limit; orgID and sandboxID filter when not empty.
 	ListEvents(ctx context.Context, orgID, sandboxID string, afterSeq int64, limit int) ([]model.Event, error)
+}
 
-	// Settings: small cluster-wide values (e.g. the data-plane signing key).
+// Settings are small cluster-wide values (e.g. the data-plane signing key).
+type Settings interface {
 	// PutSettingIfAbsent stores value only if key is unset and returns the
 	// value now stored.
 	PutSettingIfAbsent(ctx context.Context, key, value string) (string, error)
 	// SwapSetting replaces key's value old with value (ErrConflict if the
 	// stored value is not old, ErrNotFound if key is unset).
 	SwapSetting(ctx context.Context, key, old, value string) error
+}
 
-	Close() error
+// Notifier is an optional power of a Store, found by type assertion: it
+// tells of event appends by the other stores on the same database — other
+// servers', on PostgreSQL (LISTEN/NOTIFY) — so that their writes wake this
+// server's waiters at once instead of at its next poll.
+type Notifier interface {
+	// Listen calls wake after another store's event append has committed,
+	// until ctx ends. Wake-ups carry nothing and may merge or come without
+	// a new event (after a lost connection, in case one was missed): the
+	// woken re-read. The store's own appends are not reported; their
+	// writer announces them in process (events.Log does).
+	Listen(ctx context.Context, wake func())
 }
 
 // WorkerCredential is the stored half of a worker's own secret.
@@ -175,7 +241,7 @@ func (s SandboxSnapshots) Apply(sb *model.Sandbox) {
 
 // ListAllSandboxes returns every page of f (500 per page unless f.Limit
 // says otherwise).
-func ListAllSandboxes(ctx context.Context, st Store, f SandboxFilter) ([]model.Sandbox, error) {
+func ListAllSandboxes(ctx context.Context, st Sandboxes, f SandboxFilter) ([]model.Sandbox, error) {
 	var all []model.Sandbox
 	if f.Limit == 0 {
 		f.Limit = 500

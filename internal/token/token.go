@@ -10,6 +10,7 @@
 package token
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -90,6 +91,32 @@ func NewKey() []byte {
 		panic(err)
 	}
 	return k
+}
+
+// SigningKeySetting is the store setting that holds the installation's
+// first master key (base64). The server's keyring starts from it and keeps
+// it for E2B envd access tokens, which live as long as their sandbox.
+const SigningKeySetting = "dataplane_signing_key"
+
+// Settings is what SigningKey needs of the store (store.Settings has it).
+type Settings interface {
+	PutSettingIfAbsent(ctx context.Context, key, value string) (string, error)
+}
+
+// SigningKey returns the installation's first master key from st, storing a
+// fresh one if there is none yet. Every server agrees on it, because only
+// the first PutSettingIfAbsent wins. The controller's keyring and the
+// service's default key (service.StoreSigningKey) both read it here.
+func SigningKey(ctx context.Context, st Settings) ([]byte, error) {
+	v, err := st.PutSettingIfAbsent(ctx, SigningKeySetting, base64.StdEncoding.EncodeToString(NewKey()))
+	if err != nil {
+		return nil, fmt.Errorf("token: signing key: %w", err)
+	}
+	key, err := base64.StdEncoding.DecodeString(v)
+	if err != nil || len(key) == 0 {
+		return nil, fmt.Errorf("token: signing key: stored value is not base64: %w", errors.Join(err, model.ErrInvalid))
+	}
+	return key, nil
 }
 
 // Sign returns the token for c, signed with key, or with

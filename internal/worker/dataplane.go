@@ -60,8 +60,10 @@ import (
 
 	"github.com/airlock/airlock/internal/agentapi"
 	"github.com/airlock/airlock/internal/agentclient"
+	"github.com/airlock/airlock/internal/httperr"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/token"
+	"github.com/airlock/airlock/internal/workerapi"
 )
 
 // copyBufSize is the buffer for streaming file bodies.
@@ -76,8 +78,8 @@ func (w *Worker) Handler() http.Handler {
 		rw.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(rw, `{"status":"ok"}`)
 	})
-	mux.HandleFunc("GET /v1/sandboxes/{sid}/commands/{cid}/attach", w.handleAttach)
-	mux.HandleFunc("GET /v1/sandboxes/{sid}/commands", w.files(w.handleListCommands))
+	mux.HandleFunc(workerapi.RouteAttach, w.handleAttach)
+	mux.HandleFunc(workerapi.RouteListCommands, w.files(w.handleListCommands))
 	mux.HandleFunc("GET /v1/sandboxes/{sid}/files/content", w.files(w.handleRead))
 	mux.HandleFunc("PUT /v1/sandboxes/{sid}/files/content", w.files(w.handleWrite))
 	mux.HandleFunc("GET /v1/sandboxes/{sid}/files/stat", w.files(w.handleStat))
@@ -147,38 +149,16 @@ func (w *Worker) files(h filesHandler) http.HandlerFunc {
 // errHeadersSent marks an error after the response started: nothing to write.
 var errHeadersSent = errors.New("response already started")
 
-// writeError is the one place model errors become data-plane HTTP answers.
+// writeError answers a data-plane request's error (internal/httperr); a
+// transport failure talking to the agent is unavailable.
 func writeError(rw http.ResponseWriter, err error) {
 	if errors.Is(err, errHeadersSent) {
 		return
 	}
-	status, code := http.StatusInternalServerError, "internal"
-	switch {
-	case errors.Is(err, agentclient.ErrGone):
-		status, code = http.StatusGone, "gone"
-	case errors.Is(err, model.ErrNotFound):
-		status, code = http.StatusNotFound, "not_found"
-	case errors.Is(err, model.ErrInvalid):
-		status, code = http.StatusBadRequest, "invalid"
-	case errors.Is(err, model.ErrUnprocessable):
-		status, code = http.StatusUnprocessableEntity, "unprocessable"
-	case errors.Is(err, model.ErrConflict):
-		status, code = http.StatusConflict, "conflict"
-	case errors.Is(err, model.ErrUnauthorized):
-		status, code = http.StatusUnauthorized, "unauthorized"
-	case errors.Is(err, model.ErrForbidden):
-		status, code = http.StatusForbidden, "forbidden"
-	case errors.Is(err, model.ErrTooLarge):
-		status, code = http.StatusRequestEntityTooLarge, "too_large"
-	case errors.Is(err, model.ErrUnavailable), isUnreachable(err):
-		status, code = http.StatusServiceUnavailable, "unavailable"
+	if httperr.Kind(err) == nil && isUnreachable(err) {
+		err = model.Errorf(model.ErrUnavailable, "%w", err)
 	}
-	var body agentapi.Error
-	body.Error.Code = code
-	body.Error.Message = err.Error()
-	rw.Header().Set("Content-Type", "application/json")
-	rw.WriteHeader(status)
-	_ = json.NewEncoder(rw).Encode(body)
+	httperr.Write(rw, err)
 }
 
 // isUnreachable reports a transport failure talking to the agent.

@@ -148,13 +148,7 @@ func TestDataPlaneListsPaged(t *testing.T) {
 
 // setTask gives sandbox id's assignment task t (nil: none).
 func (f *fakeServer) setTask(id string, t *model.Task) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	a := f.assignments[id]
-	a.Sandbox.Task = t
-	f.assignments[id] = a
-	f.version++
-	f.bump()
+	f.Update(id, func(a *workerapi.Assignment) { a.Sandbox.Task = t })
 }
 
 // waitTask waits for the worker's result of task op on sandbox id.

@@ -20,6 +20,7 @@ import (
 	"github.com/airlock/airlock/internal/agentapi"
 	"github.com/airlock/airlock/internal/client"
 	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/testenv"
 	"github.com/airlock/airlock/internal/token"
 	"github.com/airlock/airlock/internal/workerapi"
 )
@@ -36,9 +37,7 @@ const hostSandbox = "sbx-host-0001"
 
 func newHostEnv(t testing.TB) *hostEnv {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the host agent runs commands as root via setuid")
-	}
+	testenv.RequireRoot(t, "the host agent runs commands as root via setuid")
 	drv := &hostDriver{agentBin: buildAgent(t), dir: t.TempDir(), boxes: map[string]*hostBox{}}
 	t.Cleanup(drv.killAll)
 	srv := newFakeServer(t)
@@ -403,9 +402,7 @@ func nextExit(t testing.TB, s *client.CommandSession) agentapi.Exit {
 // start, failure without a template, delete, and deletion of what is not
 // assigned.
 func TestWorkerLifecycleHost(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
+	testenv.RequireRoot(t, "the host agent runs commands as root via setuid")
 	ctx := testContext(t)
 	drv := &hostDriver{agentBin: buildAgent(t), dir: t.TempDir(), boxes: map[string]*hostBox{}}
 	t.Cleanup(drv.killAll)
@@ -454,10 +451,7 @@ func TestWorkerLifecycleHost(t *testing.T) {
 	if ids, _ := drv.List(ctx); !slices.Contains(ids, "sbx-life-0004") {
 		t.Fatal("stopping the worker deleted a running sandbox")
 	}
-	srv.mu.Lock()
-	delete(srv.assignments, "sbx-life-0004")
-	srv.version++
-	srv.mu.Unlock()
+	srv.Unassign("sbx-life-0004")
 	tw2 := startWorker(t, srv, drv, rootfs)
 	srv.waitObserved(ctx, "sbx-life-0004", model.StateDeleted)
 	if ids, _ := drv.List(ctx); slices.Contains(ids, "sbx-life-0004") {
@@ -496,18 +490,17 @@ func TestWorkerLifecycleHost(t *testing.T) {
 	drv.mu.Lock()
 	_ = drv.boxes["sbx-life-0007"].cmd.Process.Kill()
 	drv.mu.Unlock()
-	srv.mu.Lock()
-	a := srv.assignments["sbx-life-0007"]
-	a.Sandbox.State = model.StateStarting
-	srv.assignments["sbx-life-0007"] = a
-	srv.history["sbx-life-0007"] = nil
-	srv.version++
-	srv.mu.Unlock()
+	srv.Update("sbx-life-0007", func(a *workerapi.Assignment) { a.Sandbox.State = model.StateStarting })
+	var before int // the states reported before the restart
+	srv.waitFor(ctx, "sbx-life-0007", func(_ workerapi.Observed, hist []model.SandboxState) bool {
+		before = len(hist)
+		return true
+	})
 	startWorker(t, srv, drv, rootfs)
 	var h []model.SandboxState
 	srv.waitFor(ctx, "sbx-life-0007", func(_ workerapi.Observed, hist []model.SandboxState) bool {
-		h = hist
-		return slices.Contains(hist, model.StateFailed) || slices.Contains(hist, model.StateRunning)
+		h = hist[before:]
+		return slices.Contains(h, model.StateFailed) || slices.Contains(h, model.StateRunning)
 	})
 	t.Logf("states of the interrupted create after the restart: %v", h)
 	if slices.Contains(h, model.StateFailed) {

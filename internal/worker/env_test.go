@@ -7,6 +7,7 @@ import (
 	"github.com/airlock/airlock/internal/client"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/token"
+	"github.com/airlock/airlock/internal/workerapi"
 )
 
 // TestAttachWaitsForClaimedEnv: command tokens carry only the digest of
@@ -36,13 +37,7 @@ func TestAttachWaitsForClaimedEnv(t *testing.T) {
 		done <- result{out.String(), exit.ExitCode, err}
 	}()
 	// The claim reaches the worker with its next sync.
-	e.srv.mu.Lock()
-	a := e.srv.assignments[e.sid]
-	a.Sandbox.Env = claimed
-	e.srv.assignments[e.sid] = a
-	e.srv.version++
-	e.srv.bump()
-	e.srv.mu.Unlock()
+	e.srv.Update(e.sid, func(a *workerapi.Assignment) { a.Sandbox.Env = claimed })
 
 	r := <-done
 	if r.err != nil || r.code != 0 || r.out != "by-org-a command\n" {

@@ -42,6 +42,7 @@ import (
 
 	"github.com/airlock/airlock/internal/agentclient"
 	"github.com/airlock/airlock/internal/token"
+	"github.com/airlock/airlock/internal/workerapi"
 )
 
 // Constants of the E2B route.
@@ -49,7 +50,7 @@ const (
 	e2bEnvdPort = 49983
 	// e2bTokenHeader carries the server-signed token (Authorization is left
 	// to the caller: envd reads the run-as user from it).
-	e2bTokenHeader     = "X-Airlock-Dataplane-Token"
+	e2bTokenHeader     = workerapi.HeaderDataPlaneToken
 	e2bDefaultUser     = "user"
 	e2bDefaultWorkdir  = "/home/user"
 	e2bInitTimeout     = 10 * time.Second
@@ -83,7 +84,7 @@ func envKey(env map[string]string) string {
 
 // registerE2B adds the E2B route to the data-plane mux.
 func (w *Worker) registerE2B(mux *http.ServeMux) {
-	mux.HandleFunc("/e2b/{sid}/{port}/{path...}", w.handleE2B)
+	mux.HandleFunc(workerapi.RouteE2B, w.handleE2B)
 }
 
 func writeE2BError(rw http.ResponseWriter, sid string, status int, msg string) {

@@ -25,6 +25,7 @@ import (
 	"github.com/airlock/airlock/internal/runtime/gvisor"
 	"github.com/airlock/airlock/internal/setup"
 	"github.com/airlock/airlock/internal/snapshot"
+	"github.com/airlock/airlock/internal/testenv"
 	"github.com/airlock/airlock/internal/token"
 )
 
@@ -36,9 +37,7 @@ const testCacheDir = "/var/tmp/airlock-test-cache"
 // the machine's prebuilt one; it skips when there is none.
 func requireRunsc(t testing.TB) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for runsc")
-	}
+	testenv.RequireRunsc(t)
 	for _, p := range []string{os.Getenv(setup.RunscEnv), filepath.Join(testCacheDir, "bin", "runsc"), "/tmp/prep/bin/runsc"} {
 		if p == "" {
 			continue
@@ -244,9 +243,7 @@ func TestWorkerGVisor(t *testing.T) {
 	tw2.stop(t)
 	tw3 := startWorker(t, srv, newDriver(), rootfsFor)
 	srv.waitRegistered(ctx, 3)
-	srv.mu.Lock()
-	o := srv.observed[id]
-	srv.mu.Unlock()
+	o, _ := srv.Observed(id)
 	if o.State != model.StatePaused {
 		t.Fatalf("after restarting while paused: observed %+v", o)
 	}

@@ -39,7 +39,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"time"
 
 	"github.com/airlock/airlock/internal/agentclient"
@@ -75,11 +74,7 @@ const (
 func (w *Worker) startSuspend(ctx context.Context, sb *sandbox) {
 	snap, ok := w.cfg.Driver.(runtime.Snapshotter)
 	if !ok || w.cfg.Snapshots == nil {
-		w.log.Warn("worker cannot suspend sandboxes", "sandbox", sb.id, "runtime", w.cfg.Driver.Name(), "store", w.cfg.Snapshots != nil)
-		sb.reason = "suspend failed: worker " + w.cfg.ID + " cannot snapshot sandboxes"
-		sb.suspendRetryAt = time.Now().Add(SuspendRetryDelay)
-		w.retryAfter(SuspendRetryDelay)
-		w.changed()
+		w.cannotSuspend(sb)
 		return
 	}
 	sb.busy = true
@@ -90,6 +85,18 @@ func (w *Worker) startSuspend(ctx context.Context, sb *sandbox) {
 		defer w.actions.Done()
 		w.suspend(ctx, sb, snap)
 	}()
+}
+
+// cannotSuspend reports that sb cannot be suspended here (no
+// runtime.Snapshotter or no snapshot store) and delays a retry; w.mu is
+// held.
+func (w *Worker) cannotSuspend(sb *sandbox) {
+	w.log.Warn("worker cannot suspend sandboxes", "sandbox", sb.id, "runtime", w.cfg.Driver.Name(), "store", w.cfg.Snapshots != nil)
+	sb.actionFailed(model.OpSuspend, "suspend failed: worker "+w.cfg.ID+" cannot snapshot sandboxes",
+		model.Errorf(model.ErrUnprocessable, "worker %s cannot snapshot sandboxes", w.cfg.ID))
+	sb.suspendRetryAt = time.Now().Add(SuspendRetryDelay)
+	w.retryAfter(SuspendRetryDelay)
+	w.changed()
 }
 
 func (w *Worker) suspend(ctx context.Context, sb *sandbox, snap runtime.Snapshotter) {
@@ -121,7 +128,7 @@ func (w *Worker) suspend(ctx context.Context, sb *sandbox, snap runtime.Snapshot
 	defer removeOld() // after the state is reported (LIFO: after the unlock below)
 	var derr error
 	for i := range 3 {
-		if derr = w.cfg.Driver.Delete(ctx, sb.id); derr == nil {
+		if derr = w.deleteRuntime(ctx, sb.id); derr == nil {
 			break
 		}
 		w.log.Warn("release suspended runtime", "sandbox", sb.id, "attempt", i+1, "err", derr)
@@ -202,7 +209,7 @@ func (w *Worker) suspendFailed(ctx context.Context, sb *sandbox, err error) {
 		w.mu.Lock()
 		closeSandbox(sb)
 		w.mu.Unlock()
-		if derr := w.cfg.Driver.Delete(ctx, sb.id); derr != nil {
+		if derr := w.deleteRuntime(ctx, sb.id); derr != nil {
 			w.log.Error("release lost sandbox", "sandbox", sb.id, "err", derr)
 		}
 	} else {
@@ -215,9 +222,11 @@ func (w *Worker) suspendFailed(ctx context.Context, sb *sandbox, err error) {
 	case !alive:
 		sb.state, sb.reason = model.StateFailed, "suspend failed and the sandbox was lost: "+err.Error()
 	case st == runtime.StatusPaused:
-		sb.state, sb.reason = model.StatePaused, "suspend failed: "+err.Error()
+		sb.state = model.StatePaused
+		sb.actionFailed(model.OpSuspend, "suspend failed: "+err.Error(), err)
 	default:
-		sb.state, sb.reason = model.StateRunning, "suspend failed: "+err.Error()
+		sb.state = model.StateRunning
+		sb.actionFailed(model.OpSuspend, "suspend failed: "+err.Error(), err)
 	}
 	sb.suspendRetryAt = time.Now().Add(SuspendRetryDelay)
 	w.retryAfter(SuspendRetryDelay)
@@ -314,7 +323,8 @@ func (w *Worker) wake(ctx context.Context, sb *sandbox, s model.Sandbox, snapID 
 		sb.state, sb.reason = model.StateFailed, "wake failed: "+err.Error()
 	case err != nil:
 		w.log.Warn("wake failed; still suspended", "sandbox", sb.id, "snapshot", snapID, "err", err)
-		sb.state, sb.reason = model.StateSuspended, "wake failed: "+err.Error()
+		sb.state = model.StateSuspended
+		sb.actionFailed(model.OpWake, "wake failed: "+err.Error(), err)
 		sb.wakeRetryAt = time.Now().Add(WakeRetryDelay)
 		w.retryAfter(WakeRetryDelay)
 	default:
@@ -367,21 +377,21 @@ func (w *Worker) restoreFrom(ctx context.Context, s model.Sandbox, m snapshot.Ma
 	}
 	defer func() {
 		if err != nil { // never leave a half-restored sandbox behind
-			if derr := w.cfg.Driver.Delete(context.WithoutCancel(ctx), s.ID); derr != nil {
+			if derr := w.deleteRuntime(context.WithoutCancel(ctx), s.ID); derr != nil {
 				err = errors.Join(err, fmt.Errorf("clean up: %w", derr))
 			}
 		}
 	}()
 	t0 := time.Now()
-	h, err := snap.Restore(rctx, spec, dir)
+	h, err := w.restoreRuntime(rctx, snap, spec, dir)
 	if errors.Is(err, model.ErrConflict) {
 		// Leftovers of the suspended runtime (a release that failed) block
 		// the restore: release them and try once more. (Asking first would
 		// cost every wake a runtime listing.)
-		if derr := w.cfg.Driver.Delete(rctx, s.ID); derr != nil {
+		if derr := w.deleteRuntime(rctx, s.ID); derr != nil {
 			return nil, nil, fmt.Errorf("restore runtime: %w; release the leftovers: %w", err, derr)
 		}
-		h, err = snap.Restore(rctx, spec, dir)
+		h, err = w.restoreRuntime(rctx, snap, spec, dir)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("restore runtime: %w", err)
@@ -547,17 +557,23 @@ func (w *Worker) requestWake(sb *sandbox, call *wakeCall) {
 	wid := w.workerID
 	w.mu.Unlock()
 	w.log.Info("data-plane request for a sandbox that is not running; asking the server to wake it", "sandbox", sb.id)
-	var resp struct {
-		Operation model.Operation `json:"operation"`
-	}
-	err := w.call(ctx, "/internal/v1/workers/"+url.PathEscape(wid)+"/wake", workerapi.WakeRequest{SandboxID: sb.id}, &resp)
-	var se *serverError
+	_, err := w.api.Wake(ctx, wid, workerapi.WakeRequest{SandboxID: sb.id})
+	var se *workerapi.Error
 	switch {
 	case err == nil:
 	case errors.As(err, &se) && errors.Is(err, model.ErrConflict):
-		err = model.Errorf(model.ErrConflict, "%s", se.msg)
+		err = model.Errorf(model.ErrConflict, "%s", se.Message)
 	case errors.As(err, &se):
-		err = model.Errorf(se.kind, "wake sandbox %s: %s", sb.id, se.msg)
+		kind := se.Unwrap()
+		switch kind {
+		case model.ErrNotFound, model.ErrUnauthorized, model.ErrForbidden, model.ErrInvalid:
+		default:
+			// Any other answer (the server failing, or a kind the worker
+			// API never gave a wake before httperr) fails the data-plane
+			// request as unavailable, as it always did: retry later.
+			kind = model.ErrUnavailable
+		}
+		err = model.Errorf(kind, "wake sandbox %s: %s", sb.id, se.Message)
 	default:
 		err = model.Errorf(model.ErrUnavailable, "wake sandbox %s: %v", sb.id, err)
 	}

@@ -105,15 +105,11 @@ func TestUnavailableRuntimeDoesNotBlockGVisor(t *testing.T) {
 	// A qemu sandbox placed here anyway (the server learned the runtimes
 	// before the set-up failed) fails at once with the runtime's reason.
 	qid := newSandboxID()
-	srv.mu.Lock()
-	srv.assignments[qid] = workerapi.Assignment{
+	srv.Set(workerapi.Assignment{
 		Sandbox: model.Sandbox{ID: qid, Template: "base", TemplateDigest: tmpl.Digest, Runtime: "qemu", State: model.StateStarting,
 			Resources: model.Resources{VCPUs: 1, MemoryMiB: 512}},
 		Desired: model.StateRunning,
-	}
-	srv.version++
-	srv.bump()
-	srv.mu.Unlock()
+	})
 	o := srv.waitObserved(ctx, qid, model.StateFailed)
 	if !strings.Contains(o.Reason, "runtime qemu is unavailable on this worker") || !strings.Contains(o.Reason, "must be static") {
 		t.Errorf("qemu sandbox failed with %q, want the runtime's reason", o.Reason)

@@ -64,8 +64,7 @@ const TaskTimeout = 10 * time.Minute
 func (w *Worker) startTask(ctx context.Context, sb *sandbox, t model.Task) {
 	snap, ok := w.cfg.Driver.(runtime.Snapshotter)
 	if !ok || w.cfg.Snapshots == nil {
-		sb.taskResult = &workerapi.TaskResult{OperationID: t.OperationID, Error: "worker " + w.cfg.ID + " cannot snapshot sandboxes"}
-		w.changed()
+		w.cannotTask(sb, t)
 		return
 	}
 	sb.busy = true
@@ -92,6 +91,13 @@ func (w *Worker) startTask(ctx context.Context, sb *sandbox, t model.Task) {
 		w.changed()
 		w.mu.Unlock()
 	}()
+}
+
+// cannotTask reports task t of sb failed: the worker cannot snapshot
+// sandboxes; w.mu is held.
+func (w *Worker) cannotTask(sb *sandbox, t model.Task) {
+	sb.taskResult = &workerapi.TaskResult{OperationID: t.OperationID, Error: "worker " + w.cfg.ID + " cannot snapshot sandboxes"}
+	w.changed()
 }
 
 // checkpointTask writes checkpoint t.Checkpoint of sb, which keeps running
@@ -155,7 +161,7 @@ func (w *Worker) rollbackTask(ctx context.Context, sb *sandbox, snap runtime.Sna
 	w.mu.Lock()
 	closeSandbox(sb)
 	w.mu.Unlock()
-	if err := w.cfg.Driver.Delete(ctx, sb.id); err != nil {
+	if err := w.deleteRuntime(ctx, sb.id); err != nil {
 		w.taskLostRuntime(ctx, sb, "rollback", err)
 		return workerapi.TaskResult{Error: "release the runtime: " + err.Error()}
 	}
@@ -193,7 +199,7 @@ func (w *Worker) finishRestore(ctx context.Context, id string, r snapshot.Restor
 		if err != nil {
 			return fmt.Errorf("open checkpoint snapshot %s: %w", r.SnapshotID, err)
 		}
-		if err := w.cfg.Driver.Delete(context.WithoutCancel(ctx), id); err != nil {
+		if err := w.deleteRuntime(context.WithoutCancel(ctx), id); err != nil {
 			return fmt.Errorf("release the runtime: %w", err)
 		}
 		h, ac, err := w.restoreFrom(ctx, s, m, dir, snap)
@@ -232,7 +238,7 @@ func (w *Worker) taskLostRuntime(ctx context.Context, sb *sandbox, what string, 
 	closeSandbox(sb)
 	sb.state, sb.reason = model.StateFailed, what+" failed and the sandbox was lost: "+cause.Error()
 	w.mu.Unlock()
-	if err := w.cfg.Driver.Delete(context.WithoutCancel(ctx), sb.id); err != nil {
+	if err := w.deleteRuntime(context.WithoutCancel(ctx), sb.id); err != nil {
 		w.log.Error("release lost sandbox", "sandbox", sb.id, "err", err)
 	}
 }
@@ -279,9 +285,9 @@ func (w *Worker) startFromSource(ctx context.Context, s model.Sandbox) (runtime.
 // ---- data plane ----
 
 func (w *Worker) snapshotHandlers(mux *http.ServeMux) {
-	mux.HandleFunc("GET /v1/sandboxes/{sid}/snapshots/{snap}/export", w.handleExport)
-	mux.HandleFunc("POST /v1/sandboxes/{sid}/snapshots", w.handleImport)
-	mux.HandleFunc("DELETE /v1/sandboxes/{sid}/snapshots", w.handleDropSnapshots)
+	mux.HandleFunc(workerapi.RouteExport, w.handleExport)
+	mux.HandleFunc(workerapi.RouteImport, w.handleImport)
+	mux.HandleFunc(workerapi.RouteDropSnapshots, w.handleDropSnapshots)
 }
 
 func (w *Worker) handleExport(rw http.ResponseWriter, r *http.Request) {
@@ -387,40 +393,4 @@ func snapshotError(err error, sid, snap string) error {
 		return model.Errorf(model.ErrNotFound, "snapshot %s of %s is not on this worker", snap, sid)
 	}
 	return err
-}
-
-// ---- orphans ----
-
-// dropOrphanSnapshots removes the snapshots of sandboxes that are neither
-// assigned nor known here, once OrphanSnapshotAge old; w.mu is held.
-func (w *Worker) dropOrphanSnapshots(assigned map[string]bool, now time.Time) {
-	if w.cfg.Snapshots == nil || now.Before(w.orphanCheckAt) {
-		return
-	}
-	w.orphanCheckAt = now.Add(OrphanSnapshotAge / 4)
-	ids, err := w.cfg.Snapshots.Sandboxes()
-	if err != nil {
-		w.log.Warn("list snapshot store", "err", err)
-		return
-	}
-	for id, mod := range ids {
-		if assigned[id] || w.sandboxes[id] != nil || w.sourceInUse(id) || now.Sub(mod) < OrphanSnapshotAge || strings.HasPrefix(id, templateSnapshotPrefix) {
-			continue
-		}
-		w.log.Info("removing snapshots of a sandbox not assigned to this worker", "sandbox", id, "last_change", mod)
-		if err := w.cfg.Snapshots.DeleteSandbox(id); err != nil {
-			w.log.Warn("remove orphan snapshots", "sandbox", id, "err", err)
-		}
-	}
-}
-
-// sourceInUse reports whether a local sandbox starts from a snapshot of
-// sandbox id; w.mu is held.
-func (w *Worker) sourceInUse(id string) bool {
-	for _, sb := range w.sandboxes {
-		if src := sb.spec.Source; src != nil && src.SandboxID == id && sb.state == model.StateStarting {
-			return true
-		}
-	}
-	return false
 }

@@ -109,11 +109,11 @@ func (w *Worker) buildTemplateImage(ctx context.Context, s model.Sandbox, rt, ke
 	id := builderID()
 	spec := runtime.Spec{ID: id, Runtime: rt, RootFS: rootfs, VCPUs: s.Resources.VCPUs, MemoryMiB: s.Resources.MemoryMiB, DiskMiB: s.Resources.DiskMiB, Hostname: id}
 	defer func() {
-		if derr := w.cfg.Driver.Delete(context.WithoutCancel(ctx), id); derr != nil {
+		if derr := w.deleteRuntime(context.WithoutCancel(ctx), id); derr != nil {
 			w.log.Warn("release template image builder", "id", id, "err", derr)
 		}
 	}()
-	h, err := w.cfg.Driver.Start(ctx, spec)
+	h, err := w.startRuntime(ctx, spec)
 	if err != nil {
 		return fmt.Errorf("start: %w", err)
 	}

@@ -12,30 +12,30 @@
 // triggers an immediate Sync. Desired states: running, deleted, paused when
 // the driver implements runtime.Pauser, and suspended when it implements
 // runtime.Snapshotter and the worker has a snapshot store (lifecycle.go).
+// Each Sync's assignments are reconciled in three parts (reconcile.go): the
+// local state is copied under the worker's lock, a pure plan (plan.go, its
+// rules numbered and table-tested) turns it, the assignments and the time
+// into steps, and the executor carries them out, starting the actions.
 // Stopping the worker (cancelling Run's context) leaves sandboxes running; a
 // new worker process on the same host adopts them, and finds suspended ones
 // in the snapshot store.
 package worker
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/airlock/airlock/internal/agentclient"
+	"github.com/airlock/airlock/internal/httperr"
 	"github.com/airlock/airlock/internal/httplimit"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/runtime"
@@ -148,6 +148,19 @@ type sandbox struct {
 	taskResult *workerapi.TaskResult
 	// startedFrom: how start started it (model.Started*).
 	startedFrom string
+	// action is the typed outcome of the last failed suspend or wake,
+	// reported while reason is still actionReason (any later change of
+	// reason retires it).
+	action       *workerapi.ActionResult
+	actionReason string
+}
+
+// actionFailed records that sb's action kind failed with err: reason for
+// people, a typed result for the server (workerapi.ActionResult).
+func (sb *sandbox) actionFailed(kind model.OperationKind, reason string, err error) {
+	_, code := httperr.Status(err)
+	sb.reason, sb.actionReason = reason, reason
+	sb.action = &workerapi.ActionResult{Kind: kind, ErrorCode: code, Message: workerapi.TruncateReason(err.Error())}
 }
 
 // Worker runs sandboxes for one server.
@@ -159,16 +172,18 @@ type Worker struct {
 
 	key    atomic.Pointer[verifyKeys] // data-plane verification keys, set at registration and by Sync
 	secret atomic.Pointer[string]     // the worker's own credential (see Config.SecretFile)
+	api    *workerapi.Client          // the server's worker API
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
 	// unadopted holds, per sandbox id, why a runtime sandbox found at
-	// start-up could not be adopted (its runtime is released). discover
+	// start-up could not be adopted (its runtime is released). plan
 	// decides with the sandbox's assignment: one still being created is
 	// created again, any other is reported failed with this reason.
 	unadopted map[string]string
 	synced    bool // a Sync succeeded: assignments are authoritative
-	// orphanCheckAt is when dropOrphanSnapshots looks again.
+	// orphanCheckAt is when reconcile looks for orphan snapshots again
+	// (plan's rule 6).
 	orphanCheckAt time.Time
 	// imageBuilds are the template images being built (templates.go).
 	imageBuilds map[string]bool
@@ -210,6 +225,7 @@ func New(cfg Config) (*Worker, error) {
 	if w.http == nil {
 		w.http = &http.Client{}
 	}
+	w.api = &workerapi.Client{URL: cfg.ServerURL, HTTP: w.http, JoinToken: cfg.WorkerToken, Secret: w.ownSecret}
 	w.ln = cfg.DataPlaneListener
 	if w.ln == nil {
 		ln, err := net.Listen("tcp", cfg.DataPlaneAddr)
@@ -381,7 +397,7 @@ func (w *Worker) adoptOrDelete(ctx context.Context, id string) {
 	sb := &sandbox{id: id}
 	if m, ok := w.latestSuspend(id); ok {
 		w.log.Info("sandbox is suspended (committed snapshot found); releasing its runtime", "sandbox", id, "snapshot", m.ID)
-		if err := w.cfg.Driver.Delete(context.WithoutCancel(ctx), id); err != nil {
+		if err := w.deleteRuntime(context.WithoutCancel(ctx), id); err != nil {
 			w.log.Error("release the runtime of a suspended sandbox", "sandbox", id, "err", err)
 			sb.reason = "runtime not fully released: " + err.Error()
 		}
@@ -392,7 +408,7 @@ func (w *Worker) adoptOrDelete(ctx context.Context, id string) {
 		cancel()
 		if err != nil {
 			w.log.Warn("cannot adopt sandbox; deleting it", "sandbox", id, "err", err)
-			if derr := w.cfg.Driver.Delete(context.WithoutCancel(ctx), id); derr != nil {
+			if derr := w.deleteRuntime(context.WithoutCancel(ctx), id); derr != nil {
 				w.log.Error("delete unadoptable sandbox", "sandbox", id, "err", derr)
 			}
 			w.mu.Lock()
@@ -591,6 +607,9 @@ func (w *Worker) observed() (workerapi.SyncRequest, []string) {
 			o.SnapshotID, o.SnapshotBytes = sb.snapshotID, sb.snapshotBytes
 		}
 		o.Task, o.StartedFrom = sb.taskResult, sb.startedFrom
+		if sb.action != nil && sb.reason == sb.actionReason {
+			o.Action = sb.action
+		}
 		if o.Task != nil && len(o.Task.Error) > workerapi.MaxReason {
 			t := *o.Task
 			t.Error = workerapi.TruncateReason(t.Error)
@@ -615,163 +634,6 @@ func (w *Worker) ackDeleted(ids []string) {
 	}
 }
 
-// reconcile moves local sandboxes toward the assignments.
-func (w *Worker) reconcile(ctx context.Context, as []workerapi.Assignment) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	first := !w.synced
-	w.synced = true
-	now := time.Now()
-	assigned := make(map[string]bool, len(as))
-	for _, a := range as {
-		id := a.Sandbox.ID
-		assigned[id] = true
-		sb := w.sandboxes[id]
-		if sb == nil {
-			sb = w.discover(ctx, a)
-			if sb == nil {
-				continue
-			}
-		}
-		sb.spec = a.Sandbox
-		// Every assignment: a warm-pool claim changes the env of a running
-		// sandbox, and commands and envd must see the new one.
-		if model.EnvDigest(sb.env) != model.EnvDigest(a.Sandbox.Env) {
-			w.changed() // an attach may wait for this env (awaitEnv)
-		}
-		sb.env = a.Sandbox.Env
-		if t := a.Sandbox.Task; t == nil || sb.taskResult != nil && sb.taskResult.OperationID != t.OperationID {
-			sb.taskResult = nil // the server has the outcome
-		}
-		if sb.busy || sb.state == model.StateDeleted {
-			continue
-		}
-		if t := a.Sandbox.Task; t != nil && sb.taskResult == nil && a.Desired != model.StateDeleted &&
-			(sb.state == model.StateRunning || sb.state == model.StatePaused) {
-			w.startTask(ctx, sb, *t)
-			continue
-		}
-		switch a.Desired {
-		case model.StateDeleted:
-			if now.Before(sb.retryAt) {
-				continue
-			}
-			w.startDelete(ctx, sb)
-		case model.StateRunning:
-			switch sb.state {
-			case model.StatePaused:
-				if !now.Before(sb.retryAt) {
-					w.startPause(ctx, sb, false)
-				}
-			case model.StateSuspended:
-				if !now.Before(sb.wakeRetryAt) {
-					w.startWake(ctx, sb)
-				}
-			}
-			// starting, running or failed: nothing to do
-		case model.StatePaused:
-			if sb.state == model.StateRunning && !now.Before(sb.retryAt) {
-				w.startPause(ctx, sb, true)
-			}
-		case model.StateSuspended:
-			if (sb.state == model.StateRunning || sb.state == model.StatePaused) && !now.Before(sb.suspendRetryAt) {
-				w.startSuspend(ctx, sb)
-			}
-		default:
-			w.log.Warn("unsupported desired state", "sandbox", id, "desired", a.Desired)
-		}
-	}
-	for id, sb := range w.sandboxes {
-		if assigned[id] || sb.busy || sb.state == model.StateDeleted || now.Before(sb.retryAt) {
-			continue
-		}
-		if first {
-			w.log.Info("sandbox not assigned to this worker; deleting it", "sandbox", id)
-		}
-		w.startDelete(ctx, sb)
-	}
-	for id := range w.unadopted {
-		if !assigned[id] {
-			delete(w.unadopted, id) // its runtime is released; nobody wants it
-		}
-	}
-	w.dropOrphanSnapshots(assigned, now)
-}
-
-// discover decides what an assigned sandbox the worker has no record of
-// is, and records it (nil: nothing to record). It was never started here
-// (start it), or it is suspended here (its committed snapshot is in the
-// store, maybe from before a worker restart), or it is gone. w.mu is held.
-func (w *Worker) discover(ctx context.Context, a workerapi.Assignment) *sandbox {
-	id := a.Sandbox.ID
-	if why, ok := w.unadopted[id]; ok {
-		delete(w.unadopted, id)
-		// A create the worker died in has nothing to lose: its runtime
-		// half-made is released, so it is created again. A sandbox that
-		// ran is failed: what it held is gone.
-		if !neverRan(a.Sandbox.State) || a.Desired != model.StateRunning || a.Sandbox.SnapshotID != "" {
-			sb := &sandbox{id: id, state: model.StateFailed, reason: why}
-			w.sandboxes[id] = sb
-			w.changed()
-			return sb
-		}
-		w.log.Info("sandbox was being created when the worker stopped; creating it again", "sandbox", id)
-	}
-	var snap *snapshot.Manifest
-	if a.Sandbox.SnapshotID != "" || a.Desired != model.StateRunning || !neverRan(a.Sandbox.State) {
-		if m, ok := w.latestSuspend(id); ok {
-			snap = &m
-		} else if a.Sandbox.SnapshotID != "" && w.cfg.Snapshots != nil {
-			if m, _, err := w.cfg.Snapshots.Get(id, a.Sandbox.SnapshotID); err == nil {
-				snap = &m
-			}
-		}
-	}
-	var sb *sandbox
-	switch {
-	case snap != nil:
-		// Delete, wake or leave suspended: reconcile goes on from here.
-		sb = &sandbox{id: id, state: model.StateSuspended, snapshotID: snap.ID, snapshotBytes: snap.Bytes}
-	case a.Desired == model.StateDeleted:
-		// Gone already (maybe deleted before a restart): say so again;
-		// reporting deleted is idempotent. Snapshots of it are removed.
-		if w.cfg.Snapshots != nil {
-			if err := w.cfg.Snapshots.DeleteSandbox(id); err != nil {
-				w.log.Warn("delete snapshots of a deleted sandbox", "sandbox", id, "err", err)
-			}
-		}
-		sb = &sandbox{id: id, state: model.StateDeleted}
-	case a.Sandbox.State == model.StateRunning || a.Sandbox.State == model.StatePaused:
-		// It ran here and is gone (say, the host rebooted): report it gone
-		// rather than start an empty sandbox under its name.
-		sb = &sandbox{id: id, state: model.StateDeleted,
-			reason: "sandbox is gone from worker " + w.cfg.ID + " (lost across a restart)"}
-	case !neverRan(a.Sandbox.State):
-		sb = &sandbox{id: id, state: model.StateFailed,
-			reason: "sandbox was " + string(a.Sandbox.State) + " but worker " + w.cfg.ID + " has neither its runtime nor a committed snapshot of it"}
-	case a.Desired == model.StateRunning:
-		sb = &sandbox{id: id, state: model.StateStarting, env: a.Sandbox.Env, spec: a.Sandbox, busy: true}
-		w.sandboxes[id] = sb
-		w.changed()
-		w.actions.Add(1)
-		go func() {
-			defer w.actions.Done()
-			w.start(ctx, sb, a.Sandbox)
-		}()
-		return nil
-	default:
-		return nil
-	}
-	w.sandboxes[id] = sb
-	w.changed()
-	return sb
-}
-
-// neverRan reports a server-side state of a sandbox that was never started.
-func neverRan(st model.SandboxState) bool {
-	return st == "" || st == model.StatePending || st == model.StateStarting
-}
-
 // startDelete begins deleting sb; w.mu is held.
 func (w *Worker) startDelete(ctx context.Context, sb *sandbox) {
 	sb.busy = true
@@ -783,7 +645,7 @@ func (w *Worker) startDelete(ctx context.Context, sb *sandbox) {
 		defer w.actions.Done()
 		// Deletion finishes even when the worker is stopping. Its snapshots
 		// go with it.
-		err := w.cfg.Driver.Delete(context.WithoutCancel(ctx), sb.id)
+		err := w.deleteRuntime(context.WithoutCancel(ctx), sb.id)
 		if w.cfg.Snapshots != nil {
 			if serr := w.cfg.Snapshots.DeleteSandbox(sb.id); serr != nil {
 				err = errors.Join(err, fmt.Errorf("delete snapshots: %w", serr))
@@ -811,8 +673,7 @@ func (w *Worker) startDelete(ctx context.Context, sb *sandbox) {
 func (w *Worker) startPause(ctx context.Context, sb *sandbox, pause bool) {
 	p, ok := w.cfg.Driver.(runtime.Pauser)
 	if !ok {
-		w.log.Warn("runtime cannot pause sandboxes", "sandbox", sb.id, "runtime", w.cfg.Driver.Name())
-		sb.retryAt = time.Now().Add(time.Minute)
+		w.cannotPause(sb)
 		return
 	}
 	sb.busy = true
@@ -847,6 +708,13 @@ func (w *Worker) startPause(ctx context.Context, sb *sandbox, pause bool) {
 		}
 		w.changed()
 	}()
+}
+
+// cannotPause delays another pause or resume of sb, which the driver
+// cannot do: the sandbox stays as it is; w.mu is held.
+func (w *Worker) cannotPause(sb *sandbox) {
+	w.log.Warn("runtime cannot pause sandboxes", "sandbox", sb.id, "runtime", w.cfg.Driver.Name())
+	sb.retryAt = time.Now().Add(time.Minute)
 }
 
 // start creates one sandbox and waits for its agent.
@@ -897,12 +765,12 @@ func (w *Worker) startOne(ctx context.Context, s model.Sandbox) (_ runtime.Sandb
 	}
 	defer func() {
 		if err != nil { // never leave a half-created sandbox behind
-			if derr := w.cfg.Driver.Delete(context.WithoutCancel(ctx), s.ID); derr != nil {
+			if derr := w.deleteRuntime(context.WithoutCancel(ctx), s.ID); derr != nil {
 				err = errors.Join(err, fmt.Errorf("clean up: %w", derr))
 			}
 		}
 	}()
-	h, err := w.cfg.Driver.Start(sctx, spec)
+	h, err := w.startRuntime(sctx, spec)
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("start runtime: %w", err)
 	}
@@ -954,9 +822,9 @@ func (w *Worker) register(ctx context.Context) error {
 			CapacityVCPUs: w.cfg.CapacityVCPUs,
 			Templates:     w.templates(),
 			Secret:        w.loadSecret(),
+			RuntimeInfo:   w.runtimeInfo(ctx),
 		}
-		var resp workerapi.RegisterResponse
-		err := w.call(ctx, "/internal/v1/workers/register", req, &resp)
+		resp, err := w.api.Register(ctx, req)
 		if err == nil && resp.WorkerSecret != "" {
 			err = w.storeSecret(resp.WorkerSecret)
 		}
@@ -989,6 +857,16 @@ func (w *Worker) runtimes() []string {
 	return []string{w.cfg.Driver.Name()}
 }
 
+// runtimeInfo is what each of runtimes() can do, as the drivers declare it.
+func (w *Worker) runtimeInfo(ctx context.Context) []model.RuntimeInfo {
+	if m, ok := w.cfg.Driver.(interface {
+		Infos(context.Context) []runtime.Info
+	}); ok {
+		return m.Infos(ctx)
+	}
+	return []model.RuntimeInfo{runtime.Describe(ctx, w.cfg.Driver)}
+}
+
 func decodeKey(s string) ([]byte, error) {
 	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
 		if k, err := enc.DecodeString(s); err == nil && len(k) > 0 {
@@ -998,13 +876,20 @@ func decodeKey(s string) ([]byte, error) {
 	return nil, errors.New("decode signing key: not base64")
 }
 
+// ownSecret is the credential Sync and Wake present: the worker's own
+// secret once it has one (the join token before; see workerapi.Client).
+func (w *Worker) ownSecret() string {
+	if sp := w.secret.Load(); sp != nil {
+		return *sp
+	}
+	return ""
+}
+
 func (w *Worker) sync(ctx context.Context, req workerapi.SyncRequest, version int64) (workerapi.SyncResponse, error) {
 	w.mu.Lock()
 	id := w.workerID
 	w.mu.Unlock()
-	q := url.Values{"wait": {SyncWait.String()}, "version": {fmt.Sprint(version)}}
-	var resp workerapi.SyncResponse
-	err := w.call(ctx, "/internal/v1/workers/"+url.PathEscape(id)+"/sync?"+q.Encode(), req, &resp)
+	resp, err := w.api.Sync(ctx, id, req, SyncWait, version)
 	if err == nil && len(resp.SigningKeys) > 0 {
 		if kerr := w.setKeys("", resp.SigningKeys); kerr != nil {
 			w.log.Warn("signing keys from sync", "err", kerr)
@@ -1012,72 +897,6 @@ func (w *Worker) sync(ctx context.Context, req workerapi.SyncRequest, version in
 	}
 	return resp, err
 }
-
-// call POSTs body as JSON and decodes the answer into out.
-func (w *Worker) call(ctx context.Context, path string, body, out any) error {
-	b, err := json.Marshal(body)
-	if err != nil {
-		return fmt.Errorf("encode request: %w", err)
-	}
-	u := strings.TrimRight(w.cfg.ServerURL, "/") + path
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(b))
-	if err != nil {
-		return fmt.Errorf("build request: %w", err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	// Registration presents the join token; every other call the worker's
-	// own secret (the server refuses the join token there).
-	bearer := w.cfg.WorkerToken
-	if sp := w.secret.Load(); sp != nil && path != "/internal/v1/workers/register" {
-		bearer = *sp
-	}
-	req.Header.Set("Authorization", "Bearer "+bearer)
-	res, err := w.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("call %s: %w", path, err)
-	}
-	defer res.Body.Close()
-	if res.StatusCode/100 != 2 {
-		msg, _ := io.ReadAll(io.LimitReader(res.Body, 4096))
-		var e struct {
-			Error struct {
-				Message string `json:"message"`
-			} `json:"error"`
-		}
-		if json.Unmarshal(msg, &e) == nil && e.Error.Message != "" {
-			msg = []byte(e.Error.Message)
-		}
-		kind := model.ErrUnavailable
-		switch res.StatusCode {
-		case http.StatusConflict:
-			kind = model.ErrConflict
-		case http.StatusNotFound:
-			kind = model.ErrNotFound
-		case http.StatusUnauthorized:
-			kind = model.ErrUnauthorized
-		case http.StatusForbidden:
-			kind = model.ErrForbidden
-		case http.StatusBadRequest:
-			kind = model.ErrInvalid
-		}
-		return fmt.Errorf("call %s: %w", path, &serverError{status: res.Status, msg: strings.TrimSpace(string(msg)), kind: kind})
-	}
-	if err := json.NewDecoder(res.Body).Decode(out); err != nil {
-		return fmt.Errorf("decode answer of %s: %w", path, err)
-	}
-	return nil
-}
-
-// serverError is a non-2xx answer of the server: its message, classified
-// by a model sentinel.
-type serverError struct {
-	status string
-	msg    string
-	kind   error
-}
-
-func (e *serverError) Error() string { return "server answered " + e.status + ": " + e.msg }
-func (e *serverError) Unwrap() error { return e.kind }
 
 // backoff is a capped exponential delay.
 type backoff struct{ d time.Duration }

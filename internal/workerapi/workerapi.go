@@ -23,6 +23,13 @@
 //
 // The server calls a worker's data plane (WorkerInfo.DataPlaneURL) only with
 // data-plane tokens it signs itself (internal/token), e.g. to list commands.
+//
+// Both ends live here: Client is the worker's side, NewHandler serves the
+// server's over a Server (internal/controller implements it; workerapitest
+// is an in-memory one for worker tests), and routes.go names the worker
+// API's and the data plane's routes and headers. Errors are model
+// sentinels on both ends and cross as internal/httperr answers, so a
+// Server's model.ErrConflict is the Client's model.ErrConflict.
 package workerapi
 
 import (
@@ -42,6 +49,18 @@ type RegisterRequest struct {
 	// Secret is the worker's own secret from its first registration; it
 	// proves the id when the worker registers again.
 	Secret string `json:"secret,omitempty"`
+	// RuntimeInfo declares what each of Runtimes can do; a worker that
+	// sends none (an older one) is taken to have model.LegacyRuntimeInfo.
+	RuntimeInfo []model.RuntimeInfo `json:"runtime_info,omitempty"`
+}
+
+// Offered is the runtimes r registers, with their powers: RuntimeInfo,
+// else each of Runtimes as model.LegacyRuntimeInfo.
+func (r RegisterRequest) Offered() []model.RuntimeInfo {
+	if len(r.RuntimeInfo) > 0 {
+		return r.RuntimeInfo
+	}
+	return model.NamedRuntimes(r.Runtimes...)
 }
 
 // RegisterResponse gives the worker what it needs to serve the data plane.
@@ -83,6 +102,31 @@ type Observed struct {
 	Task *TaskResult `json:"task,omitempty"`
 	// StartedFrom: how a starting sandbox was started (model.Started*).
 	StartedFrom string `json:"started_from,omitempty"`
+	// Action is the outcome of the worker's last suspend or wake of the
+	// sandbox when it failed, sent while Reason is that failure's: the
+	// server decides on it, not on Reason's text. Without it (a worker
+	// before typed results) the server reads Reason as it always did.
+	Action *ActionResult `json:"action,omitempty"`
+}
+
+// ActionResult is the typed outcome of one action the worker took on a
+// sandbox on its own schedule (a suspend, a wake), as opposed to a task
+// (TaskResult), which the assignment names.
+type ActionResult struct {
+	Kind model.OperationKind `json:"kind"` // model.OpSuspend or model.OpWake
+	// OperationID is the operation the action served, when the worker
+	// knows it; empty otherwise (suspends and wakes are level-triggered).
+	OperationID string `json:"operation_id,omitempty"`
+	// ErrorCode is the failure's internal/httperr code ("internal" when it
+	// names no sentinel); empty when the action succeeded.
+	ErrorCode string `json:"error_code,omitempty"`
+	// Message says what failed (at most MaxReason bytes).
+	Message string `json:"message,omitempty"`
+}
+
+// Failed reports whether r is a failed action of kind.
+func (r *ActionResult) Failed(kind model.OperationKind) bool {
+	return r != nil && r.Kind == kind && r.ErrorCode != ""
 }
 
 // TaskResult is the outcome of one task: Error is empty on success; a

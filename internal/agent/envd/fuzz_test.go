@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/airlock/airlock/internal/envdpb/filesystem/filesystemconnect"
 	procpb "github.com/airlock/airlock/internal/envdpb/process"
 	"github.com/airlock/airlock/internal/envdpb/process/processconnect"
+	"github.com/airlock/airlock/internal/testenv"
 )
 
 // fuzzRPC is one envd procedure the codec fuzzer drives. Only procedures
@@ -96,9 +96,7 @@ func wellFramed(body []byte, single bool) bool {
 // 5xx for a unary call and no "internal"/"unknown" end of a well-framed
 // stream (the Connect protocol itself calls framing errors internal).
 func FuzzConnectCodecs(f *testing.F) {
-	if os.Getuid() != 0 {
-		f.Skip("needs root: the agent acts for users by uid, as it does as a guest's init")
-	}
+	testenv.RequireRoot(f, "the agent acts for users by uid, as it does as a guest's init")
 	a := agent.New(agent.Config{})
 	h := envd.New(a, envd.Config{})
 	for i, rpc := range fuzzRPCs {

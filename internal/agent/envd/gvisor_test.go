@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/textproto"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -23,6 +22,7 @@ import (
 	"github.com/airlock/airlock/internal/runtime/gvisor"
 	"github.com/airlock/airlock/internal/runtime/runtimetest"
 	"github.com/airlock/airlock/internal/setup"
+	"github.com/airlock/airlock/internal/testenv"
 )
 
 // testCacheDir holds runsc and templates between test runs (shared with
@@ -40,7 +40,7 @@ func (w tLog) Write(p []byte) (int, error) {
 // and returns its envd endpoint over the agent channel.
 func startGVisor(t *testing.T) *sandbox {
 	t.Helper()
-	requireRoot(t)
+	testenv.RequireRunsc(t)
 	bin := buildAgent(t)
 	ctx := context.Background()
 	runsc, err := setup.EnsureRunsc(ctx, testCacheDir, tLog{t})
@@ -95,9 +95,6 @@ func startGVisor(t *testing.T) *sandbox {
 // TestInGVisor drives envd the way the E2B SDK does (no user: the
 // template's default user "user") inside a real gVisor sandbox.
 func TestInGVisor(t *testing.T) {
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("needs the go command to build airlock-agent")
-	}
 	sb := startGVisor(t)
 	ctx := testCtx(t)
 	json := codecs[0]

@@ -22,6 +22,7 @@ import (
 	"github.com/airlock/airlock/internal/agent/envd"
 	"github.com/airlock/airlock/internal/envdpb/filesystem/filesystemconnect"
 	"github.com/airlock/airlock/internal/envdpb/process/processconnect"
+	"github.com/airlock/airlock/internal/testenv"
 )
 
 var (
@@ -46,10 +47,7 @@ func buildAgent(tb testing.TB) string {
 	if bin := os.Getenv("AIRLOCK_TEST_AGENT"); bin != "" {
 		return bin
 	}
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		tb.Skip("needs the go tool in PATH to build airlock-agent")
-	}
+	goBin := testenv.RequireGoBuild(tb, "airlock-agent")
 	buildOnce.Do(func() {
 		if binDir, buildErr = os.MkdirTemp("", "airlock-envd-bin-"); buildErr != nil {
 			return
@@ -67,13 +65,6 @@ func buildAgent(tb testing.TB) string {
 	return agentBin
 }
 
-func requireRoot(tb testing.TB) {
-	tb.Helper()
-	if os.Getuid() != 0 {
-		tb.Skip("needs root: the agent runs processes with an explicit uid/gid")
-	}
-}
-
 // sandbox is one envd endpoint under test: base is the URL the envd paths
 // hang off (…/envd), root the agent's own root.
 type sandbox struct {
@@ -88,7 +79,7 @@ type sandbox struct {
 // a unix socket the test listens on and serves HTTP/2 (h2c) there.
 func startAgent(tb testing.TB) *sandbox {
 	tb.Helper()
-	requireRoot(tb)
+	testenv.RequireRoot(tb, "the agent runs processes with an explicit uid/gid")
 	bin := buildAgent(tb)
 	dir, err := os.MkdirTemp("", "airlock-envd-") // short: unix socket paths are limited
 	if err != nil {
@@ -185,7 +176,7 @@ func startAgent(tb testing.TB) *sandbox {
 // plain HTTP/1.1, the transport E2B SDKs use.
 func startInProcess(tb testing.TB) *sandbox {
 	tb.Helper()
-	requireRoot(tb)
+	testenv.RequireRoot(tb, "the agent runs processes with an explicit uid/gid")
 	a := agent.New(agent.Config{})
 	a.Handle("/envd/", http.StripPrefix("/envd", envd.New(a, envd.Config{})))
 	a.Handle("/ports/", envd.Ports())

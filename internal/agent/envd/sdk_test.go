@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/airlock/airlock/internal/testenv"
 )
 
 // TestSDKDebugMode runs the unmodified E2B JS SDK (npm e2b, installed by
@@ -15,19 +17,14 @@ import (
 // sandbox from the base template, through a plain HTTP/1.1 front that
 // forwards to the agent's /envd/ prefix as the data plane does.
 func TestSDKDebugMode(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("needs node to run the E2B SDK")
-	}
+	testenv.RequireRunsc(t)
+	node := testenv.RequireTool(t, "node", "to run the E2B SDK")
 	module, err := filepath.Abs("../../../test/e2b/node_modules/e2b/dist/index.mjs")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(module); err != nil {
 		t.Skip("needs the npm package e2b in test/e2b (npm ci --prefix test/e2b)")
-	}
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("needs the go command to build airlock-agent")
 	}
 	sb := startGVisor(t)
 	front := httptest.NewServer(&httputil.ReverseProxy{

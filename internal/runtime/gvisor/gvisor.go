@@ -115,6 +115,7 @@ var (
 	_ runtime.Driver      = (*Driver)(nil)
 	_ runtime.Pauser      = (*Driver)(nil)
 	_ runtime.Snapshotter = (*Driver)(nil)
+	_ runtime.Describer   = (*Driver)(nil)
 	_ runtime.Sandbox     = (*sandbox)(nil)
 )
 
@@ -140,6 +141,14 @@ func New(cfg Config) (*Driver, error) {
 
 // Name returns "gvisor".
 func (d *Driver) Name() string { return Name }
+
+// Info is what the gvisor runtime declares: pause, suspend and wake,
+// checkpoints that leave the sandbox running, restores under new ids; no
+// network device (--network=none: loopback only).
+var Info = runtime.Info{Name: Name, Caps: runtime.Caps{Pause: true, Snapshot: true, LeaveRunning: true, Fork: true}}
+
+// Describe returns Info.
+func (d *Driver) Describe(context.Context) runtime.Info { return Info }
 
 // maxSocketPath is the usable length of sockaddr_un.sun_path.
 const maxSocketPath = 107
@@ -178,6 +187,13 @@ func (d *Driver) validSpec(verb string, spec runtime.Spec) error {
 	}
 	if !filepath.IsAbs(spec.RootFS) {
 		return fmt.Errorf("gvisor: %s %s: root filesystem %q must be absolute: %w", verb, spec.ID, spec.RootFS, model.ErrInvalid)
+	}
+	// The sandbox's network is gVisor's netstack with loopback only
+	// (--network=none, in the fresh namespace runsc makes): internal/network
+	// hands gvisor the zero Network; a namespace to join is not a power it
+	// declares (see sandboxArgs).
+	if spec.Network.Namespace != "" || len(spec.Network.Interfaces) > 0 {
+		return fmt.Errorf("gvisor: %s %s: %w", verb, spec.ID, runtime.Unsupported(Name, "network", "join a network namespace (it runs with loopback only)"))
 	}
 	if len(d.socketPath(spec.ID)) > maxSocketPath {
 		return fmt.Errorf("gvisor: %s %s: socket path %s is longer than %d bytes; use a shorter run dir: %w",
@@ -326,8 +342,13 @@ func (d *Driver) capLogs() {
 func (d *Driver) sandboxArgs(id string, diskMiB int) []string {
 	return []string{
 		"--host-uds=open",
-		// Loopback only: gVisor's netstack with just "lo". (With no netns
-		// path and --network=sandbox the guest would get no interface at all.)
+		// Loopback only: gVisor's netstack with just "lo", and no host
+		// network calls from the Sentry. (With no netns path and
+		// --network=sandbox the guest would get no interface at all.) An
+		// egress gateway would hand a namespace with a link in
+		// runtime.Spec.Network and switch this to --network=sandbox with
+		// that namespace's path in the OCI spec; validSpec refuses one until
+		// then.
 		"--network=none",
 		// The root overlay's upper layer is a tmpfs inside the sentry whose
 		// pages live in a file in overlay/; size= caps that tmpfs, so a

@@ -17,19 +17,18 @@ import (
 	"github.com/airlock/airlock/internal/runtime/gvisor"
 	"github.com/airlock/airlock/internal/runtime/runtimetest"
 	"github.com/airlock/airlock/internal/setup"
+	"github.com/airlock/airlock/internal/testenv"
 )
 
 // cacheDir holds runsc and the template between test runs (shared with the
-// setup package's tests, so the Debian layer is built once per machine).
-const cacheDir = "/var/tmp/airlock-test-cache"
-
-// requireRoot skips unless the test runs as root (runsc run needs it).
-func requireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("SKIP: the gvisor driver needs root (runsc run, cgroups, mounts)")
+// setup package's tests, so the Debian layer is built once per machine;
+// AIRLOCK_TEST_CACHE names another, as for internal/e2e).
+var cacheDir = func() string {
+	if d := os.Getenv("AIRLOCK_TEST_CACHE"); d != "" {
+		return d
 	}
-}
+	return "/var/tmp/airlock-test-cache"
+}()
 
 // tLog adapts t.Log to an io.Writer for set-up progress.
 type tLog struct{ t testing.TB }
@@ -43,10 +42,8 @@ func (w tLog) Write(p []byte) (int, error) {
 // returns a driver with state and run dirs private to the test.
 func fixture(t testing.TB) (*gvisor.Driver, string, string) {
 	t.Helper()
-	requireRoot(t)
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("SKIP: needs the go command to build airlock-agent")
-	}
+	testenv.RequireRunsc(t)
+	testenv.RequireGoBuild(t, "airlock-agent")
 	ctx := context.Background()
 	runsc, err := setup.EnsureRunsc(ctx, cacheDir, tLog{t})
 	if err != nil {

@@ -79,12 +79,13 @@ func (d *Driver) launch(ctx context.Context, st state, dir string, args []string
 	if err != nil {
 		return err
 	}
-	// The shell joins the cgroup, then becomes ip, which becomes QEMU:
+	// The shell joins the cgroup, then becomes nsenter, which joins the
+	// sandbox's network namespace and becomes QEMU:
 	// QEMU and every thread it starts are limited from their first
 	// instruction.
 	script := `n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; exec "$@"`
 	argv := append([]string{"-c", script, "airlock-qemu-launch", strconv.Itoa(len(procs))}, procs...)
-	argv = append(argv, "ip", "netns", "exec", netnsName(st.ID), d.cfg.Assets.QEMU)
+	argv = append(argv, "nsenter", "--net="+st.Network.Namespace, "--", d.cfg.Assets.QEMU)
 	argv = append(argv, args...)
 	logPath := filepath.Join(dir, "qemu.log")
 	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)

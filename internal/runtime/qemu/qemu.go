@@ -6,12 +6,14 @@
 //
 // Guest: the initramfs's /init is airlock-agent in VM init mode (see
 // internal/agent/vm.go). It mounts the template image (virtio-blk,
-// read-only, serial "airlock-template", one image per template shared by all
-// its sandboxes) under an overlayfs whose upper layer is on the sandbox's
-// own writable disk (serial "airlock-disk", an ext4 image the host creates),
-// switches to it and serves the agent protocol on the virtserialport
-// "airlock"; the host side is a unix-socket chardev (see
-// internal/agent/vmlink.go for the handshake that starts every session).
+// read-only, serial agentapi.VMTemplateSerial, one image per template shared
+// by all its sandboxes) under an overlayfs whose upper layer is on the
+// sandbox's own writable disk (serial agentapi.VMDiskSerial, an ext4 image
+// the host creates), switches to it and serves the agent protocol on the
+// virtserialport agentapi.VMPortName; the host side is a unix-socket chardev
+// (see internal/agentapi/vmlink.go for the devices, the kernel command line
+// and the handshake that starts every session). The driver imports only
+// that contract, never the guest agent itself (a test keeps it so).
 //
 // Per sandbox the driver owns RunDir/<id>/:
 //
@@ -26,9 +28,13 @@
 //	serial.log   the guest console; qemu.log QEMU's own messages (both cut
 //	             at 1 MiB, the tail kept in <file>.1: internal/logcap)
 //
-// and the network namespace airlock-<id> QEMU runs in (only lo for now: the
-// guest has no network device). Delete releases all of it, also after a
-// crash of the worker or of QEMU.
+// Delete releases all of it, also after a crash of the worker or of QEMU.
+//
+// The network is not the driver's: the worker's internal/network makes the
+// sandbox's namespace (lo, and the tap behind the guest's virtio-net eth0;
+// nothing routed beyond it) and hands it over in runtime.Spec.Network, and
+// releases it after Delete. QEMU runs in that namespace (nsenter --net) and
+// opens that tap; a Spec without a namespace and one tap is refused.
 package qemu
 
 import (
@@ -48,7 +54,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/airlock/airlock/internal/agent"
+	"github.com/airlock/airlock/internal/agentapi"
 	"github.com/airlock/airlock/internal/cgroup"
 	"github.com/airlock/airlock/internal/logcap"
 	"github.com/airlock/airlock/internal/model"
@@ -104,6 +110,7 @@ var (
 	_ runtime.Driver      = (*Driver)(nil)
 	_ runtime.Pauser      = (*Driver)(nil)
 	_ runtime.Snapshotter = (*Driver)(nil)
+	_ runtime.Describer   = (*Driver)(nil)
 )
 
 // New checks the configuration and returns a driver.
@@ -160,6 +167,21 @@ func New(cfg Config) (*Driver, error) {
 
 func (d *Driver) Name() string { return Name }
 
+// Info is what the qemu runtime declares: pause, suspend and wake, template
+// images (one image restored under many ids: Fork), and a network device.
+// Its Checkpoint can leave a guest running (runtimetest's Fork does), but
+// it does not declare LeaveRunning: checkpoints, rollback, forks of a
+// checkpoint and export/import stay gvisor's for now (docs/api.md), and
+// this is the one line that opens them.
+var Info = runtime.Info{Name: Name, Caps: runtime.Caps{Pause: true, Snapshot: true, Fork: true, Network: true}}
+
+// Describe returns Info.
+func (d *Driver) Describe(context.Context) runtime.Info { return Info }
+
+// PreferredForAuto: "auto" sandboxes go to qemu only where hardware KVM
+// boots guests; under TCG emulation gVisor is far faster.
+func (d *Driver) PreferredForAuto(ctx context.Context) bool { return d.Accel(ctx) == "kvm" }
+
 // lock serialises operations on one sandbox.
 func (d *Driver) lock(id string) func() {
 	d.mu.Lock()
@@ -183,17 +205,25 @@ type state struct {
 	DiskMiB   int    `json:"disk_mib,omitempty"` // the writable disk's size; 0: Config.DiskMiB
 	Accel     string `json:"accel"`
 	Append    string `json:"append"`
+	// Network is the namespace QEMU runs in and the tap behind the NIC,
+	// as handed over in the spec (a restore takes the new spec's).
+	Network runtime.Network `json:"network"`
 }
 
 func (d *Driver) dir(id string) string { return filepath.Join(d.cfg.RunDir, id) }
-func netnsName(id string) string       { return "airlock-" + id }
 
-// The tap in each sandbox's own netns, and the guest NIC's MAC: the same in
-// every sandbox (each has its own namespace), so snapshots restore anywhere.
-const (
-	tapName  = "tap0"
-	guestMAC = "52:54:00:a1:70:01"
-)
+// The guest NIC's MAC: the same in every sandbox (each has its own
+// namespace), so snapshots restore anywhere.
+const guestMAC = "52:54:00:a1:70:01"
+
+// checkNetwork accepts the network a VM needs: a namespace and one link
+// (the tap its NIC attaches to).
+func checkNetwork(n runtime.Network) error {
+	if n.Namespace == "" || !filepath.IsAbs(n.Namespace) || len(n.Interfaces) != 1 || n.Interfaces[0].Name == "" || strings.ContainsAny(n.Interfaces[0].Name, ", \t\n") {
+		return fmt.Errorf("network %+v: a VM needs a network namespace with one tap (runtime.Spec.Network, made by internal/network): %w", n, model.ErrInvalid)
+	}
+	return nil
+}
 
 func validID(id string) error {
 	if id == "" || len(id) > 64 || strings.ContainsAny(id, "/ \t\n.") {
@@ -338,13 +368,16 @@ func checkAgent(rootfs string) error {
 	return nil
 }
 
-// Start creates the sandbox's disk and netns and boots its VM.
+// Start creates the sandbox's disk and boots its VM in spec.Network.
 func (d *Driver) Start(ctx context.Context, spec runtime.Spec) (runtime.Sandbox, error) {
 	if err := validID(spec.ID); err != nil {
 		return nil, fmt.Errorf("qemu start: %w", err)
 	}
 	if strings.ContainsAny(spec.Hostname, " \t\n=") {
 		return nil, fmt.Errorf("qemu start: hostname %q: %w", spec.Hostname, model.ErrInvalid)
+	}
+	if err := checkNetwork(spec.Network); err != nil {
+		return nil, fmt.Errorf("qemu start %s: %w", spec.ID, err)
 	}
 	unlock := d.lock(spec.ID)
 	defer unlock()
@@ -365,6 +398,7 @@ func (d *Driver) Start(ctx context.Context, spec runtime.Spec) (runtime.Sandbox,
 		DiskMiB: spec.DiskMiB,
 		Accel:   d.Accel(ctx),
 		Append:  kernelCmdline(spec),
+		Network: spec.Network,
 	}
 	sb, err := d.boot(ctx, st, "")
 	if err != nil {
@@ -400,7 +434,7 @@ func kernelCmdline(spec runtime.Spec) string {
 		parts = append(parts, "airlock.hostname="+spec.Hostname)
 	}
 	if len(spec.AgentArgs) > 0 {
-		parts = append(parts, "airlock.args="+agent.VMCmdlineArgs(spec.AgentArgs))
+		parts = append(parts, "airlock.args="+agentapi.VMCmdlineArgs(spec.AgentArgs))
 	}
 	return strings.Join(parts, " ")
 }
@@ -431,25 +465,6 @@ func (d *Driver) boot(ctx context.Context, st state, snapshot string) (*sandbox,
 			if err := sparseCopy(ctx, filepath.Join(snapshot, f), filepath.Join(dir, f)); err != nil {
 				return nil, err
 			}
-		}
-	}
-	ns := netnsName(st.ID)
-	if _, err := os.Stat(filepath.Join("/run/netns", ns)); err == nil {
-		// Left by a Delete that failed half-way; nothing runs in it.
-		exec.CommandContext(ctx, "ip", "netns", "del", ns).Run()
-	}
-	if out, err := exec.CommandContext(ctx, "ip", "netns", "add", ns).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("ip netns add %s: %w: %s", ns, err, bytes.TrimSpace(out))
-	}
-	// lo, and the tap behind the guest's virtio-net (eth0). Nothing is
-	// routed beyond the namespace yet: egress policy will attach here.
-	for _, c := range [][]string{
-		{"-n", ns, "link", "set", "lo", "up"},
-		{"-n", ns, "tuntap", "add", "dev", tapName, "mode", "tap"},
-		{"-n", ns, "link", "set", tapName, "up"},
-	} {
-		if out, err := exec.CommandContext(ctx, "ip", c...).CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("ip %s: %w: %s", strings.Join(c, " "), err, bytes.TrimSpace(out))
 		}
 	}
 	args := d.qemuArgs(st, dir)
@@ -486,14 +501,14 @@ func (d *Driver) qemuArgs(st state, dir string) []string {
 		"-chardev", "file,id=console,path="+p("serial.log")+",append=on",
 		"-serial", "chardev:console",
 		"-drive", "id=tmpl,file="+st.Image+",format=raw,if=none,readonly=on",
-		"-device", "virtio-blk-device,drive=tmpl,serial="+agent.VMTemplateSerial,
+		"-device", "virtio-blk-device,drive=tmpl,serial="+agentapi.VMTemplateSerial,
 		"-drive", "id=disk,file="+p("disk.ext4")+",format=raw,if=none,discard=unmap,file.auto-read-only=off",
-		"-device", "virtio-blk-device,drive=disk,serial="+agent.VMDiskSerial,
-		"-netdev", "tap,id=net0,ifname="+tapName+",script=no,downscript=no",
+		"-device", "virtio-blk-device,drive=disk,serial="+agentapi.VMDiskSerial,
+		"-netdev", "tap,id=net0,ifname="+st.Network.Interfaces[0].Name+",script=no,downscript=no",
 		"-device", "virtio-net-device,netdev=net0,mac="+guestMAC,
 		"-device", "virtio-serial-device,max_ports=2",
 		"-chardev", "socket,id=agent,path="+p("agent.sock")+",server=on,wait=off",
-		"-device", "virtserialport,chardev=agent,name="+agent.VMPortName,
+		"-device", "virtserialport,chardev=agent,name="+agentapi.VMPortName,
 		"-object", "rng-random,id=rng0,filename=/dev/urandom",
 		"-device", "virtio-rng-device,rng=rng0",
 		"-qmp", "unix:"+p("qmp.sock")+",server=on,wait=off",
@@ -537,7 +552,7 @@ func (d *Driver) isOurs(pid int, id string) bool {
 }
 
 // processesOf lists every live process whose command line names the run
-// dir of id (QEMU, or an ip netns exec that has not exec'ed yet).
+// dir of id (QEMU, or an nsenter that has not exec'ed yet).
 func (d *Driver) processesOf(id string) []int {
 	var pids []int
 	paths, _ := filepath.Glob("/proc/[0-9]*/cmdline")
@@ -581,7 +596,8 @@ func (d *Driver) Adopt(ctx context.Context, id string) (runtime.Sandbox, error) 
 	return d.handle(id), nil
 }
 
-// Delete kills QEMU and removes the netns and the run dir. Idempotent.
+// Delete kills QEMU and removes its cgroup and the run dir. Idempotent.
+// The network namespace is internal/network's to release.
 func (d *Driver) Delete(ctx context.Context, id string) error {
 	if err := validID(id); err != nil {
 		return fmt.Errorf("qemu delete: %w", err)
@@ -606,12 +622,6 @@ func (d *Driver) deleteLocked(ctx context.Context, id string) error {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 		time.Sleep(50 * time.Millisecond)
-	}
-	ns := netnsName(id)
-	if _, err := os.Stat(filepath.Join("/run/netns", ns)); err == nil {
-		if out, err := exec.CommandContext(ctx, "ip", "netns", "del", ns).CombinedOutput(); err != nil {
-			errs = append(errs, fmt.Errorf("qemu delete %s: ip netns del: %w: %s", id, err, bytes.TrimSpace(out)))
-		}
 	}
 	if err := d.removeCgroup(id); err != nil {
 		errs = append(errs, fmt.Errorf("qemu delete %s: %w", id, err))

@@ -23,11 +23,18 @@ import (
 	"github.com/airlock/airlock/internal/runtime/qemu"
 	"github.com/airlock/airlock/internal/runtime/runtimetest"
 	"github.com/airlock/airlock/internal/setup"
+	"github.com/airlock/airlock/internal/testenv"
 )
 
 // cacheDir is shared with the setup and gvisor tests: the kernel, the base
-// template and its ext4 image are built once per machine.
-const cacheDir = "/var/tmp/airlock-test-cache"
+// template and its ext4 image are built once per machine (AIRLOCK_TEST_CACHE
+// names another, as for internal/e2e).
+var cacheDir = func() string {
+	if d := os.Getenv("AIRLOCK_TEST_CACHE"); d != "" {
+		return d
+	}
+	return "/var/tmp/airlock-test-cache"
+}()
 
 type tLog struct{ t testing.TB }
 
@@ -37,7 +44,7 @@ func (w tLog) Write(p []byte) (int, error) {
 }
 
 type fix struct {
-	d      *qemu.Driver
+	d      *netDriver
 	rootfs string
 	run    string
 	assets setup.QEMUAssets
@@ -54,12 +61,8 @@ var (
 // per test binary, and returns a driver with a run dir private to the test.
 func fixture(t testing.TB, accel string) fix {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("SKIP: the qemu driver needs root (netns, apt-get)")
-	}
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("SKIP: needs the go command to build airlock-agent")
-	}
+	testenv.RequireQEMU(t)
+	testenv.RequireGoBuild(t, "airlock-agent")
 	fixOnce.Do(func() {
 		ctx := context.Background()
 		dir, err := os.MkdirTemp("", "qemu-agent-")
@@ -100,7 +103,7 @@ func fixture(t testing.TB, accel string) fix {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.d = d
+	f.d = &netDriver{d}
 	return f
 }
 

@@ -13,13 +13,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/airlock/airlock/internal/agent"
+	"github.com/airlock/airlock/internal/agentapi"
 )
 
 // sandbox is a handle on a running VM. The agent channel is one
 // virtio-serial port, so it carries one connection at a time: AgentConn
 // waits until the previous connection is closed, connects to the chardev
-// socket and runs the session handshake (internal/agent/vmlink.go) that
+// socket and runs the session handshake (internal/agentapi/vmlink.go) that
 // makes the guest start a fresh HTTP/2 session.
 type sandbox struct {
 	d      *Driver
@@ -108,7 +108,7 @@ func handshake(ctx context.Context, c net.Conn, closed <-chan struct{}) (net.Con
 	nb := make([]byte, 8)
 	rand.Read(nb)
 	nonce := hex.EncodeToString(nb)
-	ack := []byte(agent.VMAckPrefix + nonce + "\n")
+	ack := []byte(agentapi.VMAckPrefix + nonce + "\n")
 	br := bufio.NewReaderSize(c, 64<<10)
 	found := make(chan error, 1)
 	go func() {
@@ -129,7 +129,7 @@ func handshake(ctx context.Context, c net.Conn, closed <-chan struct{}) (net.Con
 			}
 		}
 	}()
-	sync := []byte(agent.VMSyncPrefix + nonce + "\n")
+	sync := []byte(agentapi.VMSyncPrefix + nonce + "\n")
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	fail := func(err error) (net.Conn, error) {
@@ -147,7 +147,7 @@ func handshake(ctx context.Context, c net.Conn, closed <-chan struct{}) (net.Con
 				c.Close()
 				return nil, fmt.Errorf("handshake: %w", err)
 			}
-			if _, err := c.Write([]byte(agent.VMGoPrefix + nonce + "\n")); err != nil {
+			if _, err := c.Write([]byte(agentapi.VMGoPrefix + nonce + "\n")); err != nil {
 				c.Close()
 				return nil, err
 			}

@@ -104,6 +104,9 @@ func (d *Driver) Restore(ctx context.Context, spec runtime.Spec, dir string) (ru
 	if err != nil {
 		return nil, fmt.Errorf("qemu restore %s: read snapshot: %w", spec.ID, err)
 	}
+	if err := checkNetwork(spec.Network); err != nil {
+		return nil, fmt.Errorf("qemu restore %s: %w", spec.ID, err)
+	}
 	unlock := d.lock(spec.ID)
 	defer unlock()
 	if _, err := os.Lstat(d.dir(spec.ID)); err == nil {
@@ -123,6 +126,7 @@ func (d *Driver) Restore(ctx context.Context, spec runtime.Spec, dir string) (ru
 	}
 	st := snap
 	st.ID = spec.ID
+	st.Network = spec.Network
 	if spec.RootFS != "" {
 		st.RootFS = spec.RootFS
 	}

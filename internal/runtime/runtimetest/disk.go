@@ -24,6 +24,7 @@ const diskLimitMiB = 64
 // come back when the guest deletes the file, and a second sandbox must be
 // unaffected.
 func (s *suite) testDisk(t *testing.T) {
+	s.needLinux(t, "the disk limit check (dd, sync)")
 	spec := s.spec(s.opts.NewID())
 	spec.DiskMiB = diskLimitMiB
 	small := s.startSpec(t, spec)

@@ -153,20 +153,34 @@ func (s *suite) testSuspendWake(t *testing.T) {
 	sn := s.snapshotter(t)
 	b := s.start(t)
 	ctx := context.Background()
-	s.counter(t, b, "/tmp/count")
-	pid, _ := s.waitCounter(t, b, "/tmp/count", 3)
+	loops := !s.opts.Simulated // a guest process that survives each cycle
+	if !loops {
+		t.Logf("SKIP (in part): a guest process surviving suspend and wake needs a Linux guest; driver %s simulates its guest; files are checked", s.d.Name())
+	}
+	var pid string
+	if loops {
+		s.counter(t, b, "/tmp/count")
+		pid, _ = s.waitCounter(t, b, "/tmp/count", 3)
+	}
 	files := map[string]string{}
 	s.sh(t, b, "mkdir -p /home/user/data /opt/x")
 	for cycle := 1; cycle <= s.opts.SuspendWakeCycles; cycle++ {
 		files[fmt.Sprintf("/home/user/data/c%d.bin", cycle)] = randomFile(t, b, fmt.Sprintf("/home/user/data/c%d.bin", cycle), (1<<20)+cycle*4097)
 		files[fmt.Sprintf("/opt/x/small%d", cycle)] = randomFile(t, b, fmt.Sprintf("/opt/x/small%d", cycle), cycle*13)
 		// A file the guest writes itself, and one it deletes from the template.
-		s.sh(t, b, fmt.Sprintf("head -c 3000000 /dev/urandom > /root/guest%d.bin", cycle))
+		if loops {
+			s.sh(t, b, fmt.Sprintf("head -c 3000000 /dev/urandom > /root/guest%d.bin", cycle))
+		} else {
+			s.sh(t, b, fmt.Sprintf("echo guest %d > /root/guest%d.bin", cycle, cycle))
+		}
 		files[fmt.Sprintf("/root/guest%d.bin", cycle)] = fileSum(t, b, fmt.Sprintf("/root/guest%d.bin", cycle))
 		if cycle == 1 {
 			s.sh(t, b, "rm /etc/debian_version")
 		}
-		_, before := s.counterLines(t, b, "/tmp/count")
+		var before int
+		if loops {
+			_, before = s.counterLines(t, b, "/tmp/count")
+		}
 
 		if cycle == 2 {
 			p, ok := s.d.(runtime.Pauser)
@@ -215,11 +229,13 @@ func (s *suite) testSuspendWake(t *testing.T) {
 		if st, err := s.d.Status(ctx, b.id); err != nil || st != runtime.StatusRunning {
 			t.Errorf("cycle %d: Status after Restore = %q, %v; want running", cycle, st, err)
 		}
-		gotPID, n := s.waitCounter(t, b, "/tmp/count", before+3)
-		if gotPID != pid {
-			t.Errorf("cycle %d: counter PID %s after wake, was %s", cycle, gotPID, pid)
+		if loops {
+			gotPID, n := s.waitCounter(t, b, "/tmp/count", before+3)
+			if gotPID != pid {
+				t.Errorf("cycle %d: counter PID %s after wake, was %s", cycle, gotPID, pid)
+			}
+			t.Logf("cycle %d: counter %d before suspend, %d after wake (pid %s)", cycle, before, n, gotPID)
 		}
-		t.Logf("cycle %d: counter %d before suspend, %d after wake (pid %s)", cycle, before, n, gotPID)
 		for path, want := range files {
 			if got := fileSum(t, b, path); got != want {
 				t.Errorf("cycle %d: %s sha256 %q after wake, want %s", cycle, path, got, want)
@@ -228,6 +244,9 @@ func (s *suite) testSuspendWake(t *testing.T) {
 		if out, code := s.exec(t, b, "cat", "/etc/debian_version"); code == 0 {
 			t.Errorf("cycle %d: a deleted template file is back after wake: %q", cycle, out)
 		}
+	}
+	if !loops {
+		return
 	}
 	infos, err := b.c.ListProcesses(ctx)
 	if err != nil {
@@ -248,14 +267,23 @@ func (s *suite) testFork(t *testing.T) {
 	sn := s.snapshotter(t)
 	orig := s.start(t)
 	ctx := context.Background()
-	s.counter(t, orig, "/tmp/count")
-	_, _ = s.waitCounter(t, orig, "/tmp/count", 3)
+	loops := !s.opts.Simulated
+	if !loops {
+		t.Logf("SKIP (in part): guest processes running on in the original and the forks need a Linux guest; driver %s simulates its guest; files and channels are checked", s.d.Name())
+	}
+	if loops {
+		s.counter(t, orig, "/tmp/count")
+		_, _ = s.waitCounter(t, orig, "/tmp/count", 3)
+	}
 	shared := randomFile(t, orig, "/home/user/shared.bin", 2<<20)
 	dir := filepath.Join(t.TempDir(), "image")
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	_, before := s.counterLines(t, orig, "/tmp/count")
+	var before int
+	if loops {
+		_, before = s.counterLines(t, orig, "/tmp/count")
+	}
 	if err := sn.Checkpoint(ctx, orig.id, dir, true); err != nil {
 		t.Fatalf("Checkpoint leaving it running: %v", err)
 	}
@@ -265,7 +293,9 @@ func (s *suite) testFork(t *testing.T) {
 	// The channel may be re-established across a checkpoint (gvisor
 	// restores in place): wait for the agent as after a wake.
 	s.waitReady(t, orig)
-	s.waitCounter(t, orig, "/tmp/count", before+3)
+	if loops {
+		s.waitCounter(t, orig, "/tmp/count", before+3)
+	}
 
 	ids := []string{s.opts.NewID(), s.opts.NewID()}
 	forks := make([]*box, len(ids))
@@ -306,7 +336,9 @@ func (s *suite) testFork(t *testing.T) {
 		if got := fileSum(t, b, "/home/user/shared.bin"); got != shared {
 			t.Errorf("fork %s: shared.bin sha256 %q, want %s", b.id, got, shared)
 		}
-		s.waitCounter(t, b, "/tmp/count", before+3)
+		if loops {
+			s.waitCounter(t, b, "/tmp/count", before+3)
+		}
 		host := strings.TrimSpace(s.sh(t, b, "hostname"))
 		t.Logf("fork %s: hostname %q (restored with Hostname \"fork\", checkpointed as \"conformance\")", b.id, host)
 	}

@@ -13,6 +13,11 @@
 //	func TestMain(m *testing.M) { pgtest.Main(m) }
 //
 // Without Main, each URL call starts and stops its own server.
+//
+// In the fast tier (go test -short) no private server starts (initdb and a
+// server cost seconds and need the PostgreSQL binaries): URL uses the
+// server named by $AIRLOCK_TEST_POSTGRES_URL when it is set, and skips the
+// test otherwise, saying so; the full suite (scripts/test.sh) runs them.
 package pgtest
 
 import (
@@ -20,6 +25,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"net/url"
@@ -38,6 +44,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/airlock/airlock/internal/testenv"
 )
 
 // EnvURL names the variable that points tests at an existing server. Its
@@ -53,7 +61,8 @@ var (
 // Main runs the package's tests with one private server (unless EnvURL is
 // set) and stops it afterwards. Use it as the body of TestMain.
 func Main(m *testing.M) {
-	if os.Getenv(EnvURL) == "" {
+	flag.Parse() // for testing.Short: -short starts no private server
+	if os.Getenv(EnvURL) == "" && !testing.Short() {
 		shared, sharedErr = Start()
 	}
 	code := m.Run()
@@ -70,6 +79,9 @@ func Main(m *testing.M) {
 func URL(t testing.TB) string {
 	t.Helper()
 	base := os.Getenv(EnvURL)
+	if base == "" {
+		testenv.Short(t, "starts a private PostgreSQL server (initdb); set "+EnvURL+" to use a running one")
+	}
 	switch {
 	case base != "":
 	case shared != nil:

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/airlock/airlock/internal/testenv"
 )
 
 func TestDBName(t *testing.T) {
@@ -49,6 +51,7 @@ func dbExists(t *testing.T, serverURL, name string) bool {
 // an existing server named by EnvURL; each URL is a fresh database that is
 // dropped when its test ends.
 func TestURL(t *testing.T) {
+	testenv.Short(t, "starts a private PostgreSQL server (initdb)")
 	if _, err := binDir(); err != nil {
 		t.Skipf("SKIPPING: %v", err)
 	}

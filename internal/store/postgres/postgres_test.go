@@ -4,32 +4,27 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/airlock/airlock/internal/store"
 	"github.com/airlock/airlock/internal/store/pgtest"
 	"github.com/airlock/airlock/internal/store/postgres"
+	"github.com/airlock/airlock/internal/store/sqlstore"
 	"github.com/airlock/airlock/internal/store/storetest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-func open(t *testing.T, url string) *postgres.Store {
+func open(t *testing.T, url string, opts ...sqlstore.Option) *postgres.Store {
 	t.Helper()
-	s, err := postgres.Open(context.Background(), url)
-	if err != nil {
-		t.Fatalf("open: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	return s
+	s, err := postgres.Open(context.Background(), url, opts...)
+	return storetest.Opened(t, s, err)
 }
 
+// TestConformance runs storetest's suites on PostgreSQL (pgtest).
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store {
-		return open(t, pgtest.URL(t))
+	storetest.RunBackend(t, pgtest.URL, func(t *testing.T, url string, now func() time.Time) store.Store {
+		return open(t, url, sqlstore.WithClock(now))
 	})
 }
 
@@ -59,5 +54,20 @@ func TestConcurrentOpen(t *testing.T) {
 			t.Errorf("ping %d: %v", i, err)
 		}
 		stores[i].Close()
+	}
+}
+
+// TestRebind: placeholders are numbered in order; a ? inside a quoted
+// literal is left alone.
+func TestRebind(t *testing.T) {
+	for in, want := range map[string]string{
+		"SELECT 1":                  "SELECT 1",
+		"a = ? AND b IN (?, ?)":     "a = $1 AND b IN ($2, $3)",
+		"m.type = 'te?t' AND x = ?": "m.type = 'te?t' AND x = $1",
+		"x = '' AND y = ? OR z = ?": "x = '' AND y = $1 OR z = $2",
+	} {
+		if got := (postgres.Dialect{}).Rebind(in); got != want {
+			t.Errorf("Rebind(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

@@ -6,29 +6,27 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/store"
 	"github.com/airlock/airlock/internal/store/sqlite"
+	"github.com/airlock/airlock/internal/store/sqlstore"
 	"github.com/airlock/airlock/internal/store/storetest"
 )
 
-func open(t *testing.T, path string) *sqlite.Store {
+func open(t *testing.T, path string, opts ...sqlstore.Option) *sqlite.Store {
 	t.Helper()
-	s, err := sqlite.Open(context.Background(), path)
-	if err != nil {
-		t.Fatalf("open %s: %v", path, err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	return s
+	s, err := sqlite.Open(context.Background(), path, opts...)
+	return storetest.Opened(t, s, err)
 }
 
+func tempFile(t testing.TB) string { return filepath.Join(t.TempDir(), "airlock.db") }
+
+// TestConformance runs storetest's suites on SQLite files.
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store {
-		return open(t, filepath.Join(t.TempDir(), "airlock.db"))
+	storetest.RunBackend(t, tempFile, func(t *testing.T, path string, now func() time.Time) store.Store {
+		return open(t, path, sqlstore.WithClock(now))
 	})
 }
 
@@ -101,7 +99,8 @@ func TestFileMode(t *testing.T) {
 
 // TestUpgradeFrom0001 opens a database that only has the first migration and
 // rows written then: migration 0002 adds the lifecycle columns with their
-// defaults (idle auto-suspend off for old sandboxes, no org overrides).
+// defaults (idle auto-suspend off for old sandboxes, no org overrides), and
+// 0010 turns the E2B autoPause metadata key into on_expiry suspend.
 func TestUpgradeFrom0001(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "airlock.db")
@@ -122,6 +121,9 @@ func TestUpgradeFrom0001(t *testing.T) {
 		`INSERT INTO sandboxes (id, org_id, template, template_digest, runtime, state, desired_state, generation,
 			created_at, updated_at, last_activity_at) VALUES ('sb-1', 'org-a', 'base', 'sha256:x', 'gvisor',
 			'running', 'running', 3, '` + now + `', '` + now + `', '` + now + `')`,
+		`INSERT INTO sandboxes (id, org_id, template, template_digest, runtime, state, desired_state, generation,
+			created_at, updated_at, last_activity_at, metadata) VALUES ('sb-e2b', 'org-a', 'base', 'sha256:x', 'gvisor',
+			'running', 'running', 1, '` + now + `', '` + now + `', '` + now + `', '{"airlock.e2b.on_timeout":"pause"}')`,
 	} {
 		if _, err := db.ExecContext(ctx, q); err != nil {
 			t.Fatalf("set up 0001 database: %v", err)
@@ -131,8 +133,11 @@ func TestUpgradeFrom0001(t *testing.T) {
 
 	s := open(t, path)
 	sb, err := s.GetSandbox(ctx, "sb-1")
-	if err != nil || sb.Generation != 3 || sb.IdleSuspendS != 0 || sb.NoAutoWake || sb.SnapshotID != "" || sb.Pool != "" {
+	if err != nil || sb.Generation != 3 || sb.IdleSuspendS != 0 || sb.NoAutoWake || sb.SnapshotID != "" || sb.Pool != "" || sb.OnExpiry != "" {
 		t.Fatalf("old sandbox after upgrade: %+v %v", sb, err)
+	}
+	if e2b, err := s.GetSandbox(ctx, "sb-e2b"); err != nil || e2b.OnExpiry != model.ExpirySuspend {
+		t.Fatalf("old autoPause sandbox after upgrade: on_expiry %q, %v; want %q", e2b.OnExpiry, err, model.ExpirySuspend)
 	}
 	org, err := s.GetOrg(ctx, "org-a")
 	if err != nil || org.IdleSuspendS != nil || org.Features != nil {

@@ -151,7 +151,7 @@ func testUpdateSandboxCreateOperation(t *testing.T, s store.Store) {
 	want := sb
 	want.DesiredState = model.StatePaused
 	op := lifecycleOp(sb, "op-pause", model.OpPause, model.StatePaused)
-	gotSB, gotOp, err := s.UpdateSandboxCreateOperation(ctx, want, op)
+	gotSB, gotOp, err := updateAndCreate(ctx, s, want, op)
 	must(t, "pause", err)
 	if gotSB.DesiredState != model.StatePaused || gotSB.Generation != sb.Generation+1 {
 		t.Errorf("sandbox = desired %s gen %d, want paused gen %d", gotSB.DesiredState, gotSB.Generation, sb.Generation+1)
@@ -163,7 +163,7 @@ func testUpdateSandboxCreateOperation(t *testing.T, s store.Store) {
 	// A stale generation writes neither the sandbox nor the operation.
 	stale := sb
 	stale.DesiredState = model.StateSuspended
-	_, _, err = s.UpdateSandboxCreateOperation(ctx, stale, lifecycleOp(sb, "op-stale", model.OpSuspend, model.StateSuspended))
+	_, _, err = updateAndCreate(ctx, s, stale, lifecycleOp(sb, "op-stale", model.OpSuspend, model.StateSuspended))
 	wantErr(t, "stale generation", err, model.ErrConflict)
 	if _, err := s.GetOperation(ctx, "op-stale"); !errors.Is(err, model.ErrNotFound) {
 		t.Errorf("operation of a lost race: err = %v, want not found", err)
@@ -171,14 +171,14 @@ func testUpdateSandboxCreateOperation(t *testing.T, s store.Store) {
 	// A duplicate operation id rolls the sandbox write back.
 	dup := gotSB
 	dup.Reason = "should not stick"
-	_, _, err = s.UpdateSandboxCreateOperation(ctx, dup, lifecycleOp(sb, "op-pause", model.OpPause, model.StatePaused))
+	_, _, err = updateAndCreate(ctx, s, dup, lifecycleOp(sb, "op-pause", model.OpPause, model.StatePaused))
 	wantErr(t, "duplicate operation id", err, model.ErrConflict)
 	now, err := s.GetSandbox(ctx, "sb-1")
 	must(t, "get", err)
 	if now.Generation != gotSB.Generation || now.Reason != "" {
 		t.Errorf("sandbox after failed insert: gen %d reason %q, want gen %d and no reason (rolled back)", now.Generation, now.Reason, gotSB.Generation)
 	}
-	_, _, err = s.UpdateSandboxCreateOperation(ctx, model.Sandbox{ID: "nope", Generation: 1}, lifecycleOp(sb, "op-x", model.OpPause, model.StatePaused))
+	_, _, err = updateAndCreate(ctx, s, model.Sandbox{ID: "nope", Generation: 1}, lifecycleOp(sb, "op-x", model.OpPause, model.StatePaused))
 	wantErr(t, "missing sandbox", err, model.ErrNotFound)
 }
 
@@ -195,7 +195,7 @@ func testUpdateSandboxCreateOperationConcurrent(t *testing.T, s store.Store) {
 			defer wg.Done()
 			w := sb
 			w.DesiredState = model.StatePaused
-			_, _, errs[i] = s.UpdateSandboxCreateOperation(ctx, w, lifecycleOp(sb, fmt.Sprintf("op-%d", i), model.OpPause, model.StatePaused))
+			_, _, errs[i] = updateAndCreate(ctx, s, w, lifecycleOp(sb, fmt.Sprintf("op-%d", i), model.OpPause, model.StatePaused))
 		}()
 	}
 	wg.Wait()

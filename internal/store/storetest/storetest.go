@@ -23,6 +23,39 @@ import (
 	"github.com/airlock/airlock/internal/store"
 )
 
+// Opened is how a backend's test takes a store it opened: it fails t on
+// err and closes s when t ends.
+func Opened[S interface{ Close() error }](t testing.TB, s S, err error) S {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("close store: %v", err)
+		}
+	})
+	return s
+}
+
+// RunBackend runs every suite on one backend, as subtests of t: Run's
+// conformance cases, then Clock (RunClock) and Notify (RunNotify, two
+// stores on one database). database returns the address of a new, empty
+// database for t; open opens a store on one (now: its clock, nil for
+// time.Now) and closes it when t ends.
+func RunBackend(t *testing.T, database func(t testing.TB) string, open func(t *testing.T, db string, now func() time.Time) store.Store) {
+	Run(t, func(t *testing.T) store.Store { return open(t, database(t), nil) })
+	t.Run("Clock", func(t *testing.T) {
+		RunClock(t, func(t *testing.T, now func() time.Time) store.Store { return open(t, database(t), now) })
+	})
+	t.Run("Notify", func(t *testing.T) {
+		RunNotify(t, func(t *testing.T) (store.Store, store.Store) {
+			db := database(t)
+			return open(t, db, nil), open(t, db, nil)
+		})
+	})
+}
+
 // Run runs the whole suite; each subtest gets its own store from open.
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	tests := []struct {
@@ -56,6 +89,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Pools", testPools},
 		{"ClaimSandbox", testClaimSandbox},
 		{"ClaimSandboxConcurrent", testClaimSandboxConcurrent},
+		{"InTx", testInTx},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -373,6 +407,7 @@ func testSandboxRoundTrip(t *testing.T, s store.Store) {
 	full.Reason = "why not"
 	full.WorkerID = "w-1"
 	full.PublicTraffic = true
+	full.OnExpiry = model.ExpirySuspend
 	op := newOp(full, "op-full")
 
 	gotSB, gotOp, existed, err := s.CreateSandbox(ctx, full, op, "")
@@ -396,8 +431,8 @@ func testSandboxRoundTrip(t *testing.T, s store.Store) {
 	}
 
 	bare := mkSandbox(t, s, newSandbox("org-a", "sb-bare", at(time.Second)))
-	if bare.Env != nil || bare.Metadata != nil || bare.ExpiresAt != nil {
-		t.Errorf("bare sandbox = %+v, want nil env, metadata and expiry", bare)
+	if bare.Env != nil || bare.Metadata != nil || bare.ExpiresAt != nil || bare.OnExpiry != "" {
+		t.Errorf("bare sandbox = %+v, want nil env, metadata and expiry, no expiry action", bare)
 	}
 
 	_, _, _, err = s.CreateSandbox(ctx, full, newOp(full, "op-other"), "")
@@ -830,7 +865,7 @@ func testUpdateBoth(t *testing.T, s store.Store) {
 	must(t, "create", err)
 
 	sb.State, op.State = model.StateRunning, model.OpSucceeded
-	gotSB, gotOp, err := s.UpdateSandboxAndOperation(ctx, sb, op)
+	gotSB, gotOp, err := updateBoth(ctx, s, sb, op)
 	must(t, "update both", err)
 	if gotSB.State != model.StateRunning || gotSB.Generation != sb.Generation+1 || gotOp.State != model.OpSucceeded {
 		t.Fatalf("update both = %+v %+v", gotSB, gotOp)
@@ -841,7 +876,7 @@ func testUpdateBoth(t *testing.T, s store.Store) {
 	next.State = model.StateFailed
 	failed := gotOp
 	failed.State = model.OpFailed
-	_, _, err = s.UpdateSandboxAndOperation(ctx, next, failed)
+	_, _, err = updateBoth(ctx, s, next, failed)
 	wantErr(t, "operation already done", err, model.ErrConflict)
 	stored, _ := s.GetSandbox(ctx, "sb-1")
 	if stored.State != model.StateRunning || stored.Generation != gotSB.Generation {
@@ -856,16 +891,16 @@ func testUpdateBoth(t *testing.T, s store.Store) {
 	stale.State = model.StateDeleting
 	running := del
 	running.State = model.OpRunning
-	_, _, err = s.UpdateSandboxAndOperation(ctx, stale, running)
+	_, _, err = updateBoth(ctx, s, stale, running)
 	wantErr(t, "stale sandbox", err, model.ErrConflict)
 	gotDel, _ := s.GetOperation(ctx, "op-2")
 	if gotDel.State != model.OpPending {
 		t.Errorf("operation written although the sandbox was refused: %s", gotDel.State)
 	}
 
-	_, _, err = s.UpdateSandboxAndOperation(ctx, newSandbox("org-a", "nope", at(0)), running)
+	_, _, err = updateBoth(ctx, s, newSandbox("org-a", "nope", at(0)), running)
 	wantErr(t, "missing sandbox", err, model.ErrNotFound)
-	_, _, err = s.UpdateSandboxAndOperation(ctx, stored, model.Operation{ID: "nope", State: model.OpRunning})
+	_, _, err = updateBoth(ctx, s, stored, model.Operation{ID: "nope", State: model.OpRunning})
 	wantErr(t, "missing operation", err, model.ErrNotFound)
 	after, _ := s.GetSandbox(ctx, "sb-1")
 	if after.Generation != stored.Generation {
@@ -876,7 +911,7 @@ func testUpdateBoth(t *testing.T, s store.Store) {
 func testWorkers(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	w := model.Worker{ID: "w-2", DataPlaneURL: "http://127.0.0.1:9001", InternalURL: "http://127.0.0.1:9002",
-		Runtimes: []string{"gvisor"}, Templates: []string{"sha256:111"}, CapacityMiB: 8192, CapacityVCPUs: 4,
+		Runtimes: model.NamedRuntimes("gvisor"), Templates: []string{"sha256:111"}, CapacityMiB: 8192, CapacityVCPUs: 4,
 		LastHeartbeat: at(time.Second), CreatedAt: at(0)}
 	must(t, "upsert", s.UpsertWorker(ctx, w))
 	got, err := s.GetWorker(ctx, "w-2")
@@ -1085,4 +1120,28 @@ func testSettings(t *testing.T, s store.Store) {
 			t.Errorf("put %d got %q, put 0 got %q: racing writers saw different values", i, v, vals[0])
 		}
 	}
+}
+
+// RunClock checks that a store opened with a clock (sqlstore.WithClock)
+// dates what it stamps itself by that clock, not by time.Now: a
+// sandbox's and an operation's UpdatedAt and an event without a Time.
+func RunClock(t *testing.T, open func(t *testing.T, now func() time.Time) store.Store) {
+	ctx := context.Background()
+	now := at(42 * time.Hour) // far from time.Now
+	s := open(t, func() time.Time { return now })
+	mkOrg(t, s, "org-a")
+	sb := mkSandbox(t, s, newSandbox("org-a", "sb-1", at(0)))
+	sb.Reason = "moved"
+	sb, err := s.UpdateSandbox(ctx, sb)
+	must(t, "update sandbox", err)
+	sameTime(t, "sandbox updated_at", sb.UpdatedAt, now)
+	op, err := s.GetOperation(ctx, "op-sb-1")
+	must(t, "get operation", err)
+	op.State = model.OpRunning
+	op, err = s.UpdateOperation(ctx, op)
+	must(t, "update operation", err)
+	sameTime(t, "operation updated_at", op.UpdatedAt, now)
+	ev, err := s.AppendEvent(ctx, model.Event{OrgID: "org-a", Type: "org.note"})
+	must(t, "append event", err)
+	sameTime(t, "event time", ev.Time, now)
 }

@@ -1,0 +1,68 @@
+package worker
+
+import (
+	"context"
+	"errors"
+
+	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/network"
+	"github.com/airlock/airlock/internal/runtime"
+)
+
+// The worker owns each sandbox's network (internal/network), the drivers
+// only join it: startRuntime and restoreRuntime make it and hand it over in
+// spec.Network; deleteRuntime releases it after the driver's Delete. Every
+// release of a sandbox's runtime goes through deleteRuntime, so a network
+// is released wherever a runtime is (failed starts, orphans after a crash).
+
+// caps are the declared powers of runtime name, as resolved by the driver
+// ("" and "auto": the runtime a Multi would pick; the driver's own for one
+// driver).
+func (w *Worker) caps(ctx context.Context, name string) runtime.Caps {
+	for _, info := range w.runtimeInfo(ctx) {
+		if info.Name == name {
+			return info.Caps
+		}
+	}
+	return runtime.Describe(ctx, w.cfg.Driver).Caps
+}
+
+// withNetwork makes spec's network and runs call with it; a call that fails
+// (other than for an id that exists, whose network is in use) releases it.
+func (w *Worker) withNetwork(ctx context.Context, spec runtime.Spec, call func(runtime.Spec) (runtime.Sandbox, error)) (runtime.Sandbox, error) {
+	// "auto" lands on one runtime; decide it once, so the network made is
+	// the one that runtime takes.
+	if r, ok := w.cfg.Driver.(interface{ Resolve(string) (string, error) }); ok {
+		name, err := r.Resolve(spec.Runtime)
+		if err != nil {
+			return nil, err
+		}
+		spec.Runtime = name
+	}
+	n, err := network.Setup(ctx, spec.ID, w.caps(ctx, spec.Runtime))
+	if err != nil {
+		return nil, err
+	}
+	spec.Network = n
+	h, err := call(spec)
+	if err != nil && !errors.Is(err, model.ErrConflict) {
+		err = errors.Join(err, network.Release(context.WithoutCancel(ctx), spec.ID))
+	}
+	return h, err
+}
+
+// startRuntime starts spec in a network of its own.
+func (w *Worker) startRuntime(ctx context.Context, spec runtime.Spec) (runtime.Sandbox, error) {
+	return w.withNetwork(ctx, spec, func(spec runtime.Spec) (runtime.Sandbox, error) { return w.cfg.Driver.Start(ctx, spec) })
+}
+
+// restoreRuntime restores spec from dir in a network of its own.
+func (w *Worker) restoreRuntime(ctx context.Context, snap runtime.Snapshotter, spec runtime.Spec, dir string) (runtime.Sandbox, error) {
+	return w.withNetwork(ctx, spec, func(spec runtime.Spec) (runtime.Sandbox, error) { return snap.Restore(ctx, spec, dir) })
+}
+
+// deleteRuntime releases sandbox id's runtime and then its network.
+// Idempotent, and works from the id alone (after a crash).
+func (w *Worker) deleteRuntime(ctx context.Context, id string) error {
+	return errors.Join(w.cfg.Driver.Delete(ctx, id), network.Release(ctx, id))
+}
