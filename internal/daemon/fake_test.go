@@ -206,3 +206,84 @@ func TestUpOnFakeRuntime(t *testing.T) {
 		t.Errorf("runtime sandboxes after delete: %v %v, want none", ids, err)
 	}
 }
+
+// TestCheckpointsOnFakeRuntime is the "snapshots" feature through the same
+// stack: a checkpoint that leaves the sandbox running, a rollback to it,
+// forks from it, and an export imported as a new sandbox, each seeing the
+// files of the checkpoint.
+func TestCheckpointsOnFakeRuntime(t *testing.T) {
+	s := startFakeStack(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	features := []string{model.FeatureSnapshots}
+	if _, err := s.c.UpdateOrg(ctx, "org-default", client.UpdateOrgRequest{Features: &features}); err != nil {
+		t.Fatal(err)
+	}
+	wait := func(what string, op model.Operation, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if op, err = s.c.WaitOperation(ctx, op.ID); err != nil || op.State != model.OpSucceeded {
+			t.Fatalf("%s: %v %+v", what, err, op)
+		}
+	}
+	put := func(id, content string) {
+		t.Helper()
+		f, err := s.c.Files(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write(ctx, "state.txt", strings.NewReader(content), "", ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sees := func(what, id, want string) {
+		t.Helper()
+		if out, _ := s.sh(t, ctx, id, "cat state.txt"); out != want {
+			t.Errorf("%s: state.txt is %q, want %q", what, out, want)
+		}
+	}
+
+	sb, op, err := s.c.CreateSandbox(ctx, client.CreateSandboxRequest{Runtime: fake.Name, Resources: model.Resources{VCPUs: 1, MemoryMiB: 256}}, "")
+	wait("create", op, err)
+	put(sb.ID, "one\n")
+	op, err = s.c.CreateCheckpoint(ctx, sb.ID, "c1")
+	wait("checkpoint", op, err)
+	if got, err := s.c.GetSandbox(ctx, sb.ID); err != nil || got.State != model.StateRunning {
+		t.Fatalf("after a checkpoint: %v %s, want still running", err, got.State)
+	}
+	if cps, err := s.c.ListCheckpoints(ctx, sb.ID); err != nil || len(cps) != 1 || cps[0].Name != "c1" {
+		t.Fatalf("checkpoints: %v %+v, want c1", err, cps)
+	}
+	put(sb.ID, "two\n")
+	sees("before the rollback", sb.ID, "two\n")
+	op, err = s.c.RollbackSandbox(ctx, sb.ID, "c1")
+	wait("rollback", op, err)
+	sees("after the rollback", sb.ID, "one\n")
+
+	forks, err := s.c.ForkSandbox(ctx, client.CreateSandboxRequest{FromCheckpoint: &client.CheckpointRef{SandboxID: sb.ID, Checkpoint: "c1"}, Count: 2}, "")
+	if err != nil || len(forks) != 2 {
+		t.Fatalf("fork: %v, %d forks, want 2", err, len(forks))
+	}
+	for _, f := range forks {
+		wait("fork "+f.Sandbox.ID, f.Operation, nil)
+		sees("fork "+f.Sandbox.ID, f.Sandbox.ID, "one\n")
+	}
+
+	var archive bytes.Buffer
+	if _, err := s.c.ExportCheckpoint(ctx, sb.ID, "c1", &archive); err != nil {
+		t.Fatal(err)
+	}
+	imported, op, err := s.c.ImportSandbox(ctx, client.CreateSandboxRequest{}, &archive)
+	wait("import", op, err)
+	sees("imported", imported.ID, "one\n")
+
+	for _, id := range []string{sb.ID, forks[0].Sandbox.ID, forks[1].Sandbox.ID, imported.ID} {
+		op, err := s.c.DeleteSandbox(ctx, id)
+		wait("delete "+id, op, err)
+	}
+	if ids, err := s.drv.List(ctx); err != nil || len(ids) != 0 {
+		t.Errorf("runtime sandboxes after the deletes: %v %v, want none", ids, err)
+	}
+}
