@@ -35,6 +35,7 @@ import (
 	"github.com/airlock/airlock/internal/e2bcompat"
 	"github.com/airlock/airlock/internal/events"
 	"github.com/airlock/airlock/internal/httplimit"
+	"github.com/airlock/airlock/internal/image"
 	"github.com/airlock/airlock/internal/model"
 	airruntime "github.com/airlock/airlock/internal/runtime"
 	"github.com/airlock/airlock/internal/runtime/gvisor"
@@ -534,8 +535,8 @@ func newWorker(ctx context.Context, o workerOptions) (*worker.Worker, error) {
 	return worker.New(worker.Config{
 		ID: id, ServerURL: o.serverURL, WorkerToken: o.token, SecretFile: filepath.Join(o.dataDir, "worker.secret"), HTTPClient: o.httpClient,
 		DataPlaneListener: ln, DataPlaneURL: adv, Driver: drivers, Snapshots: snaps, TemplateImages: o.templateImages,
-		Templates:     func() ([]model.Template, error) { return setup.ListTemplates(o.dataDir) },
-		RootFS:        func(digest string) string { return setup.TemplateRootFS(o.dataDir, digest) },
+		Templates:     func() ([]model.Template, error) { return image.ListTemplates(o.dataDir) },
+		RootFS:        func(digest string) string { return image.TemplateRootFS(o.dataDir, digest) },
 		CapacityMiB:   mem,
 		CapacityVCPUs: cpus,
 		Logger:        o.log.With("component", "worker"),

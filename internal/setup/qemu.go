@@ -1,29 +1,29 @@
 package setup
 
-// Set-up of the qemu runtime (EnsureQEMU, EnsureTemplateImage). Layout under dir:
+// Set-up of the qemu runtime (EnsureQEMU). Layout under dir:
 //
 //	qemu/kernel-<release>/vmlinuz         the Debian cloud kernel, unpacked with dpkg -x
 //	qemu/kernel-<release>/modules/NN-*.ko the virtio/overlay modules, in load order
 //	qemu/kernel-<release>.done            completion marker
 //	qemu/initrd-<release>-<agent sha>.cpio.gz
-//	                                      initramfs: /init is the static agent, /modules/*.ko
-//	images/<template digest>.ext4         a template's read-only root image (mkfs.ext4 -d)
-//	images/<template digest>.ext4.done    completion marker
+//	                                      initramfs (image.BuildInitrd): /init is the static agent, /modules/*.ko
+//
+// The template images the driver boots from are built at run time by
+// image.EnsureTemplateImage.
 
 import (
 	"bufio"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
+
+	"github.com/airlock/airlock/internal/image"
 )
 
 // QEMUModules are the guest kernel modules the initramfs loads, in
@@ -52,20 +52,12 @@ var qemuPackages = map[string]string{ // command → package
 	"nsenter":            "util-linux", // the launcher enters the sandbox's network namespace
 }
 
-// QEMUAssets are the host files the qemu runtime boots from.
-type QEMUAssets struct {
-	QEMU          string // qemu-system-x86_64
-	Kernel        string // vmlinuz of the Debian cloud kernel
-	Initrd        string // gzip'ed newc initramfs, /init = airlock-agent
-	KernelRelease string // e.g. "6.1.0-57-cloud-amd64", what uname -r prints in the guest
-}
-
 // EnsureQEMU installs QEMU and the tools it needs (apt), downloads and
 // unpacks the Debian cloud kernel (never installed on the host) and builds
 // the initramfs around the static agent at agentPath. Everything is cached
 // under dir; a second call only checks markers.
-func EnsureQEMU(ctx context.Context, dir, agentPath string, progress io.Writer) (QEMUAssets, error) {
-	var a QEMUAssets
+func EnsureQEMU(ctx context.Context, dir, agentPath string, progress io.Writer) (image.VMAssets, error) {
+	var a image.VMAssets
 	if err := checkStatic(agentPath); err != nil {
 		return a, fmt.Errorf("qemu set-up: the agent is the guest's /init and must be static: %w", err)
 	}
@@ -110,7 +102,7 @@ func EnsureQEMU(ctx context.Context, dir, agentPath string, progress io.Writer) 
 		return a, nil
 	}
 	progressf(progress, "qemu: building the initramfs around %s", agentPath)
-	if err := buildInitrd(ctx, filepath.Join(kdir, "modules"), agentPath, a.Initrd); err != nil {
+	if err := image.BuildInitrd(ctx, filepath.Join(kdir, "modules"), agentPath, a.Initrd); err != nil {
 		return a, fmt.Errorf("qemu set-up: %w", err)
 	}
 	return a, nil
@@ -222,184 +214,6 @@ func unpackKernel(ctx context.Context, dir, rel string, progress io.Writer) erro
 		return fmt.Errorf("unpack kernel: marker: %w", err)
 	}
 	return nil
-}
-
-// buildInitrd writes a gzip'ed newc cpio: /init (the agent), /modules/*.ko
-// and the empty mount points the agent's VM init uses.
-func buildInitrd(ctx context.Context, modules, agentPath, out string) error {
-	tree, err := os.MkdirTemp(filepath.Dir(out), ".initrd-*")
-	if err != nil {
-		return fmt.Errorf("initramfs: %w", err)
-	}
-	defer os.RemoveAll(tree)
-	for _, d := range []string{"dev", "proc", "sys", "newroot", "mnt/ro", "mnt/rw", "modules"} {
-		if err := os.MkdirAll(filepath.Join(tree, d), 0o755); err != nil {
-			return fmt.Errorf("initramfs: %w", err)
-		}
-	}
-	if err := copyFile(agentPath, filepath.Join(tree, "init"), 0o755); err != nil {
-		return fmt.Errorf("initramfs: agent: %w", err)
-	}
-	mods, err := os.ReadDir(modules)
-	if err != nil {
-		return fmt.Errorf("initramfs: %w", err)
-	}
-	for _, m := range mods {
-		if err := copyFile(filepath.Join(modules, m.Name()), filepath.Join(tree, "modules", m.Name()), 0o644); err != nil {
-			return fmt.Errorf("initramfs: %w", err)
-		}
-	}
-	var list bytes.Buffer
-	err = filepath.WalkDir(tree, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(tree, p)
-		list.WriteString(rel + "\n")
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("initramfs: %w", err)
-	}
-	cpioPath, err := exec.LookPath("cpio")
-	if err != nil {
-		return fmt.Errorf("initramfs: %w", err)
-	}
-	tmp := out + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return fmt.Errorf("initramfs: %w", err)
-	}
-	defer os.Remove(tmp)
-	zw, _ := gzip.NewWriterLevel(f, gzip.BestSpeed)
-	var stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, cpioPath, "--quiet", "-o", "-H", "newc", "-R", "0:0")
-	cmd.Dir = tree
-	cmd.Stdin = &list
-	cmd.Stdout = zw
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		f.Close()
-		return fmt.Errorf("initramfs: cpio: %w\n%s", err, stderr.Bytes())
-	}
-	if err := zw.Close(); err != nil {
-		f.Close()
-		return fmt.Errorf("initramfs: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("initramfs: %w", err)
-	}
-	return os.Rename(tmp, out)
-}
-
-// templateDigestRe matches dir/templates/<digest>/rootfs.
-var templateDigestRe = regexp.MustCompile(`/templates/([0-9a-f]{64})/rootfs/?$`)
-
-// EnsureTemplateImage returns a read-only ext4 image of the template root
-// filesystem rootfs, built once per template digest under dir/images with
-// mkfs.ext4 -d (no loop mount). A rootfs that is a cached template
-// (dir/templates/<digest>/rootfs) is keyed by that digest without hashing.
-func EnsureTemplateImage(ctx context.Context, dir, rootfs string, progress io.Writer) (string, error) {
-	st, err := os.Stat(rootfs)
-	if err != nil {
-		return "", fmt.Errorf("template image: %w", err)
-	}
-	if !st.IsDir() {
-		return "", fmt.Errorf("template image: %s is not a directory", rootfs)
-	}
-	var digest string
-	if m := templateDigestRe.FindStringSubmatch(filepath.Clean(rootfs)); m != nil {
-		digest = m[1]
-	} else if digest, _, err = Digest(rootfs); err != nil {
-		return "", fmt.Errorf("template image: %w", err)
-	}
-	digest = strings.TrimPrefix(digest, "sha256:")
-	img := filepath.Join(dir, "images", digest+".ext4")
-	if _, err := os.Stat(img + ".done"); err == nil {
-		return img, nil
-	}
-	unlock, err := lock(dir)
-	if err != nil {
-		return "", fmt.Errorf("template image: %w", err)
-	}
-	defer unlock()
-	if _, err := os.Stat(img + ".done"); err == nil {
-		return img, nil
-	}
-	if err := os.MkdirAll(filepath.Dir(img), 0o755); err != nil {
-		return "", fmt.Errorf("template image: %w", err)
-	}
-	used, err := treeBytes(rootfs)
-	if err != nil {
-		return "", fmt.Errorf("template image: %w", err)
-	}
-	size := used + used/4 + 32<<20
-	progressf(progress, "qemu: building the template image %s (%d MiB)", filepath.Base(img), size>>20)
-	tmp := img + ".tmp"
-	os.Remove(tmp)
-	defer os.Remove(tmp)
-	if err := MakeExt4(ctx, tmp, size, rootfs); err != nil {
-		return "", fmt.Errorf("template image: %w", err)
-	}
-	if err := os.Rename(tmp, img); err != nil {
-		return "", fmt.Errorf("template image: %w", err)
-	}
-	if err := os.WriteFile(img+".done", []byte(rootfs+"\n"), 0o644); err != nil {
-		return "", fmt.Errorf("template image: marker: %w", err)
-	}
-	return img, nil
-}
-
-// MakeExt4 creates a sparse ext4 image of size bytes at path, filled from
-// the directory from when it is not empty.
-func MakeExt4(ctx context.Context, path string, size int64, from string) error {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return fmt.Errorf("create ext4 image: %w", err)
-	}
-	err = f.Truncate(size)
-	f.Close()
-	if err != nil {
-		return fmt.Errorf("create ext4 image: %w", err)
-	}
-	mkfs, err := exec.LookPath("mkfs.ext4")
-	if err != nil {
-		mkfs = "/usr/sbin/mkfs.ext4"
-	}
-	// No journal: the template is read-only, and the per-sandbox disk is
-	// thrown away with the sandbox; it also keeps images small.
-	args := []string{"-q", "-F", "-O", "^has_journal", "-E", "root_owner=0:0"}
-	if from != "" {
-		args = append(args, "-d", from)
-	}
-	args = append(args, path)
-	if out, err := exec.CommandContext(ctx, mkfs, args...).CombinedOutput(); err != nil {
-		os.Remove(path)
-		return fmt.Errorf("mkfs.ext4 %s: %w\n%s", path, err, tail(out))
-	}
-	return nil
-}
-
-// treeBytes is the allocated size of a tree plus an inode's worth per entry.
-func treeBytes(root string) (int64, error) {
-	var n int64
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		n += 512
-		if st, ok := info.Sys().(*syscall.Stat_t); ok {
-			n += st.Blocks * 512
-		} else {
-			n += info.Size()
-		}
-		return nil
-	})
-	return n, err
 }
 
 // tail returns the last lines of command output for error messages.

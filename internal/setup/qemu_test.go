@@ -6,7 +6,6 @@ import (
 	"context"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -74,33 +73,4 @@ func TestEnsureQEMU(t *testing.T) {
 		t.Errorf("second call rebuilt something: %s", progress.String())
 	}
 	t.Logf("second call %v", time.Since(start))
-}
-
-func TestEnsureTemplateImage(t *testing.T) {
-	testenv.RequireRoot(t, "chown in the tree")
-	if _, err := exec.LookPath("debugfs"); err != nil {
-		if _, err := os.Stat("/usr/sbin/debugfs"); err != nil {
-			t.Skip("needs e2fsprogs (debugfs)")
-		}
-	}
-	dir := t.TempDir()
-	root := filepath.Join(t.TempDir(), "rootfs")
-	writeTree(t, root)
-	ctx := context.Background()
-	img, err := EnsureTemplateImage(ctx, dir, root, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cat := exec.Command("/usr/sbin/debugfs", "-R", "cat /etc/sub/b", img)
-	out, err := cat.Output()
-	if err != nil || string(out) != "beta\n" {
-		t.Errorf("debugfs cat /etc/sub/b = %q, %v", out, err)
-	}
-	again, err := EnsureTemplateImage(ctx, dir, root, nil)
-	if err != nil || again != img {
-		t.Errorf("second call = %q, %v; want the cached %q", again, err, img)
-	}
-	if _, err := EnsureTemplateImage(ctx, dir, filepath.Join(dir, "missing"), nil); err == nil {
-		t.Error("an image of a missing directory was built")
-	}
 }

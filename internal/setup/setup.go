@@ -1,26 +1,32 @@
-// Package setup does Airlock's first-run set-up on a worker host: it provides
-// a pinned, statically linked runsc (EnsureRunsc) and builds the "base"
-// template root filesystem (EnsureBaseTemplate), caching both under a data
-// directory so later starts reuse them at once. Progress is written as human
-// lines to an io.Writer.
+// Package setup holds Airlock's first-run installers on a worker host: a
+// pinned, statically linked runsc (EnsureRunsc), the "base" template
+// (EnsureBaseTemplate: a debootstrap'ed Debian layer plus the agent) and,
+// for the qemu runtime, QEMU and the Debian cloud kernel (EnsureQEMU).
+// Each caches under a data directory so later starts reuse it at once, and
+// writes progress as human lines to an io.Writer. What the installers
+// produce for runtimes (the template catalog, ext4 images, the initramfs,
+// VMAssets) is internal/image's, which setup calls and drivers use without
+// this package.
 //
-// Layout under dir:
+// Layout under dir (see internal/image for templates/ and images/):
 //
 //	bin/runsc, bin/runsc.version        the pinned runsc and its version marker
 //	cache/debian-bookworm/              the debootstrap'ed Debian layer
 //	cache/debian-bookworm.done          its completion marker
-//	templates/<hex>/rootfs/             a template: the layer hardlink-copied + the agent
-//	templates/<hex>/template.json       its model.Template
+//	templates/<hex>/                    a template (image.AddTemplate): the layer hardlink-copied + the agent
 //	templates/index.json                {agent sha256 → template digest}
-//	setup.lock                          serialises concurrent set-ups (flock)
+//	setup.lock                          serialises concurrent set-ups (image.Lock)
 package setup
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"syscall"
+
+	"github.com/airlock/airlock/internal/image"
 )
 
 // progressf writes one progress line; a nil writer discards it.
@@ -30,23 +36,8 @@ func progressf(w io.Writer, format string, args ...any) {
 	}
 }
 
-// lock takes an exclusive flock on dir/setup.lock, so that two processes
-// (a worker and a test, two test packages) never build the same thing at
-// once. The returned func releases it.
-func lock(dir string) (func(), error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("create %s: %w", dir, err)
-	}
-	f, err := os.OpenFile(filepath.Join(dir, "setup.lock"), os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("open set-up lock: %w", err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("take set-up lock: %w", err)
-	}
-	return func() { f.Close() }, nil
-}
+// lock serialises set-ups under dir with image builds (image.Lock).
+func lock(dir string) (func(), error) { return image.Lock(dir) }
 
 // writeFileAtomic writes data to a temp file beside path and renames it.
 func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
@@ -71,4 +62,17 @@ func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
 		return err
 	}
 	return os.Rename(f.Name(), path)
+}
+
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("hash %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }

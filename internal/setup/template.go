@@ -10,11 +10,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/airlock/airlock/internal/agentapi"
+	"github.com/airlock/airlock/internal/image"
 	"github.com/airlock/airlock/internal/model"
 )
 
@@ -31,51 +31,6 @@ var debootstrapPackages = []string{"bash", "coreutils", "procps", "python3", "ca
 
 // guestAgentPath is where every template carries the agent.
 const guestAgentPath = "usr/local/bin/airlock-agent"
-
-// TemplateRootFS returns the root filesystem directory of the template with
-// the given digest ("sha256:<hex>").
-func TemplateRootFS(dir, digest string) string {
-	return filepath.Join(dir, "templates", strings.TrimPrefix(digest, "sha256:"), "rootfs")
-}
-
-// ListTemplates returns every complete template under dir, oldest first.
-func ListTemplates(dir string) ([]model.Template, error) {
-	entries, err := os.ReadDir(filepath.Join(dir, "templates"))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("list templates: %w", err)
-	}
-	var out []model.Template
-	for _, e := range entries {
-		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
-			continue
-		}
-		t, err := readTemplate(filepath.Join(dir, "templates", e.Name()))
-		if err != nil {
-			continue // incomplete or foreign; not a template
-		}
-		out = append(out, t)
-	}
-	slices.SortFunc(out, func(a, b model.Template) int { return a.CreatedAt.Compare(b.CreatedAt) })
-	return out, nil
-}
-
-func readTemplate(tdir string) (model.Template, error) {
-	var t model.Template
-	b, err := os.ReadFile(filepath.Join(tdir, "template.json"))
-	if err != nil {
-		return t, err
-	}
-	if err := json.Unmarshal(b, &t); err != nil {
-		return t, fmt.Errorf("decode %s: %w", tdir, err)
-	}
-	if _, err := os.Stat(filepath.Join(tdir, "rootfs")); err != nil {
-		return t, err
-	}
-	return t, nil
-}
 
 // index maps the sha256 of an agent binary to the digest of the base
 // template built with it.
@@ -144,7 +99,7 @@ func ensureBaseTemplate(ctx context.Context, dir, agentPath string, progress io.
 	if err := writeFileAtomic(indexPath(dir), b, 0o644); err != nil {
 		return t, "", false, fmt.Errorf("base template: write index: %w", err)
 	}
-	return t, TemplateRootFS(dir, t.Digest), true, nil
+	return t, image.TemplateRootFS(dir, t.Digest), true, nil
 }
 
 // cachedTemplate looks the agent up in the index.
@@ -153,12 +108,11 @@ func cachedTemplate(dir, agentSum string) (model.Template, string, bool) {
 	if !ok {
 		return model.Template{}, "", false
 	}
-	rootfs := TemplateRootFS(dir, digest)
-	t, err := readTemplate(filepath.Dir(rootfs))
+	t, err := image.ReadTemplate(dir, digest)
 	if err != nil || t.Digest != digest {
 		return model.Template{}, "", false
 	}
-	return t, rootfs, true
+	return t, image.TemplateRootFS(dir, digest), true
 }
 
 // ensureDebianLayer debootstraps dir/cache/debian-bookworm once.
@@ -366,23 +320,17 @@ func buildTemplate(ctx context.Context, dir, layer, agentPath string, progress i
 		return t, fmt.Errorf("copy agent: %w", err)
 	}
 	progressf(progress, "template: computing content digest")
-	digest, size, err := Digest(rootfs)
+	digest, size, err := image.Digest(rootfs)
 	if err != nil {
 		return t, err
 	}
 	t = model.Template{Name: BaseName, Tag: BaseTag, Digest: digest, SizeBytes: size, CreatedAt: time.Now().UTC()}
-	final := filepath.Dir(TemplateRootFS(dir, digest))
-	if existing, err := readTemplate(final); err == nil && existing.Digest == digest {
+	if existing, err := image.ReadTemplate(dir, digest); err == nil && existing.Digest == digest {
 		progressf(progress, "template: %s already present", digest)
 		return existing, nil
 	}
-	os.RemoveAll(final) // an incomplete earlier attempt
-	b, _ := json.MarshalIndent(t, "", "  ")
-	if err := os.WriteFile(filepath.Join(tmp, "template.json"), b, 0o644); err != nil {
+	if err := image.AddTemplate(dir, tmp, t); err != nil {
 		return t, err
-	}
-	if err := os.Rename(tmp, final); err != nil {
-		return t, fmt.Errorf("move template into place: %w", err)
 	}
 	progressf(progress, "template: %s:%s is %s (%d MiB)", BaseName, BaseTag, digest, size>>20)
 	return t, nil

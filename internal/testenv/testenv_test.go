@@ -51,12 +51,12 @@ func TestReasons(t *testing.T) {
 func TestSkips(t *testing.T) {
 	setShort(t, true)
 	for name, f := range map[string]func(testing.TB){
-		"Short":          func(tb testing.TB) { Short(tb, "heavy") },
-		"RequireRoot":    func(tb testing.TB) { RequireRoot(tb, "why") },
+		"Short":          func(tb testing.TB) { Short(tb, "testenv's own check of Short") },
+		"RequireRoot":    func(tb testing.TB) { RequireRoot(tb, "testenv's own check of RequireRoot") },
 		"RequireRunsc":   RequireRunsc,
 		"RequireQEMU":    RequireQEMU,
 		"RequireGoBuild": func(tb testing.TB) { RequireGoBuild(tb, "airlock-agent") },
-		"RequireTool":    func(tb testing.TB) { RequireTool(tb, "airlock-no-such-tool", "nothing") },
+		"RequireTool":    func(tb testing.TB) { RequireTool(tb, "airlock-no-such-tool", "testenv's own check of RequireTool") },
 	} {
 		t.Run(name, func(t *testing.T) {
 			ran := false

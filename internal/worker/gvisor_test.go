@@ -2,6 +2,7 @@ package worker
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -30,8 +31,9 @@ import (
 )
 
 // testCacheDir is shared by every test run on the machine, so the Debian
-// layer is debootstrapped once.
-const testCacheDir = "/var/tmp/airlock-test-cache"
+// layer is debootstrapped once; AIRLOCK_TEST_CACHE names another, as for
+// internal/e2e and the runtime packages.
+var testCacheDir = cmp.Or(os.Getenv("AIRLOCK_TEST_CACHE"), "/var/tmp/airlock-test-cache")
 
 // requireRunsc returns a static runsc: $AIRLOCK_RUNSC, the set-up cache, or
 // the machine's prebuilt one; it skips when there is none.

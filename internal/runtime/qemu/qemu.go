@@ -1,6 +1,8 @@
 // Package qemu is the runtime driver that runs every sandbox in its own
 // QEMU "microvm" with its own guest kernel (the Debian cloud kernel that
-// internal/setup.EnsureQEMU unpacks). It uses KVM where a probe guest boots
+// internal/setup.EnsureQEMU unpacks; the driver gets its files as
+// image.VMAssets and builds template images with internal/image, never
+// importing the installers: a test keeps it so). It uses KVM where a probe guest boots
 // with it and TCG (software emulation) elsewhere; on hosts whose /dev/kvm
 // cannot boot stock kernels (PVM) that is TCG.
 //
@@ -56,10 +58,10 @@ import (
 
 	"github.com/airlock/airlock/internal/agentapi"
 	"github.com/airlock/airlock/internal/cgroup"
+	"github.com/airlock/airlock/internal/image"
 	"github.com/airlock/airlock/internal/logcap"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/runtime"
-	"github.com/airlock/airlock/internal/setup"
 )
 
 // Name is the driver name reported to the control plane.
@@ -74,11 +76,11 @@ const (
 
 // Config configures the driver.
 type Config struct {
-	Assets   setup.QEMUAssets // from setup.EnsureQEMU
-	CacheDir string           // setup dir: template images are built under it
-	RunDir   string           // per-sandbox directories
-	Accel    string           // auto (default), kvm or tcg
-	DiskMiB  int              // size of each sandbox's writable disk (sparse); default 4096
+	Assets   image.VMAssets // from setup.EnsureQEMU
+	CacheDir string         // data dir: template images are built under it (image.EnsureTemplateImage)
+	RunDir   string         // per-sandbox directories
+	Accel    string         // auto (default), kvm or tcg
+	DiskMiB  int            // size of each sandbox's writable disk (sparse); default 4096
 	// ProbeTimeout bounds the KVM probe boot (default 5 s; a real KVM host boots it in well under one).
 	ProbeTimeout time.Duration
 	// User is the unprivileged user QEMU drops to (-runas) once it has
@@ -156,7 +158,7 @@ func New(cfg Config) (*Driver, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, _, err := setup.EnsureSystemUser(ctx, cfg.User); err != nil {
+	if _, _, err := ensureSystemUser(ctx, cfg.User); err != nil {
 		return nil, fmt.Errorf("qemu config: QEMU runs as user %s: %w", cfg.User, err)
 	}
 	d := &Driver{cfg: cfg, log: cfg.Logger, locks: map[string]*sync.Mutex{}, images: map[string]string{}}
@@ -418,7 +420,7 @@ func (d *Driver) image(ctx context.Context, rootfs string) (string, error) {
 			return img, nil
 		}
 	}
-	img, err := setup.EnsureTemplateImage(ctx, d.cfg.CacheDir, rootfs, nil)
+	img, err := image.EnsureTemplateImage(ctx, d.cfg.CacheDir, rootfs, nil)
 	if err != nil {
 		return "", err
 	}
@@ -457,7 +459,7 @@ func (d *Driver) boot(ctx context.Context, st state, snapshot string) (*sandbox,
 		if diskMiB <= 0 {
 			diskMiB = d.cfg.DiskMiB
 		}
-		if err := setup.MakeExt4(ctx, filepath.Join(dir, "disk.ext4"), int64(diskMiB)<<20, ""); err != nil {
+		if err := image.MakeExt4(ctx, filepath.Join(dir, "disk.ext4"), int64(diskMiB)<<20, ""); err != nil {
 			return nil, err
 		}
 	} else {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/airlock/airlock/internal/agentapi"
 	"github.com/airlock/airlock/internal/agentclient"
+	"github.com/airlock/airlock/internal/image"
 	"github.com/airlock/airlock/internal/runtime"
 	"github.com/airlock/airlock/internal/runtime/qemu"
 	"github.com/airlock/airlock/internal/runtime/runtimetest"
@@ -47,7 +48,7 @@ type fix struct {
 	d      *netDriver
 	rootfs string
 	run    string
-	assets setup.QEMUAssets
+	assets image.VMAssets
 }
 
 var (
@@ -86,7 +87,7 @@ func fixture(t testing.TB, accel string) fix {
 			fixErr = "base template: " + err.Error()
 			return
 		}
-		if _, err := setup.EnsureTemplateImage(ctx, cacheDir, shared.rootfs, tLog{t}); err != nil {
+		if _, err := image.EnsureTemplateImage(ctx, cacheDir, shared.rootfs, tLog{t}); err != nil {
 			fixErr = "template image: " + err.Error()
 		}
 	})

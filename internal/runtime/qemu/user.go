@@ -1,4 +1,4 @@
-package setup
+package qemu
 
 import (
 	"bytes"
@@ -13,10 +13,10 @@ import (
 
 var userMu sync.Mutex
 
-// EnsureSystemUser returns the uid and gid of the system user name,
+// ensureSystemUser returns the uid and gid of the system user name,
 // creating it (useradd --system, no home, no login shell) if it is missing.
-// Runtimes drop their privileges to such a user (QEMU's -runas).
-func EnsureSystemUser(ctx context.Context, name string) (uid, gid int, err error) {
+// QEMU drops its privileges to that user (-runas).
+func ensureSystemUser(ctx context.Context, name string) (uid, gid int, err error) {
 	userMu.Lock()
 	defer userMu.Unlock()
 	u, err := user.Lookup(name)
