@@ -177,19 +177,29 @@ func (s *Store) Begin(sandboxID string) (*Pending, error) {
 		return nil, err
 	}
 	sd := s.sandboxDir(sandboxID)
-	if _, err := os.Stat(sd); errors.Is(err, fs.ErrNotExist) {
-		if err := os.MkdirAll(sd, 0o700); err != nil {
-			return nil, fmt.Errorf("snapshot: begin %s: %w", sandboxID, err)
-		}
-		// The new sandbox dir must survive a crash with what commits in it.
-		if err := syncDir(s.root); err != nil {
-			return nil, fmt.Errorf("snapshot: begin %s: %w", sandboxID, err)
-		}
-	}
 	id := newID()
 	dir := filepath.Join(sd, ".pending-"+id)
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("snapshot: begin %s: %w", sandboxID, err)
+	// The sandbox dir may vanish between the two steps: removing a
+	// retired snapshot drops the dir once it is empty (a wake retires the
+	// snapshot it woke from while a suspend may begin the next). The
+	// pending dir in it keeps it from then on, so one more round makes it.
+	for attempt := 0; ; attempt++ {
+		if _, err := os.Stat(sd); errors.Is(err, fs.ErrNotExist) {
+			if err := os.MkdirAll(sd, 0o700); err != nil {
+				return nil, fmt.Errorf("snapshot: begin %s: %w", sandboxID, err)
+			}
+			// The new sandbox dir must survive a crash with what commits in it.
+			if err := syncDir(s.root); err != nil {
+				return nil, fmt.Errorf("snapshot: begin %s: %w", sandboxID, err)
+			}
+		}
+		err := os.Mkdir(dir, 0o700)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, fs.ErrNotExist) || attempt == 2 {
+			return nil, fmt.Errorf("snapshot: begin %s: %w", sandboxID, err)
+		}
 	}
 	return &Pending{s: s, sandboxID: sandboxID, id: id, dir: dir}, nil
 }

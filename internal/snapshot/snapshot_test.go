@@ -802,3 +802,37 @@ func TestRecoverInterruptedCommit(t *testing.T) {
 		checkContent(t, dir, fs)
 	}
 }
+
+// TestBeginRacesRetire: a wake removes the snapshot it woke from (the
+// sandbox dir goes with it once empty) while a suspend may already begin
+// the next one. Begin must never fail for the dir vanishing under it. (A
+// stress test: the old Begin failed in about 2 of 5,000 rounds on a
+// loaded machine, "begin snapshot: … no such file or directory".)
+func TestBeginRacesRetire(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: 3,000 snapshot commits; the full suite runs it")
+	}
+	s, err := snapshot.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3000 {
+		m := commit(t, s, "sb-race", files{"mem": []byte("x")}, snapshot.Meta{Kind: snapshot.KindSuspend})
+		remove, err := s.Retire("sb-race", m.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- remove() }()
+		p, err := s.Begin("sb-race")
+		if err != nil {
+			t.Fatalf("Begin, round %d, while the retired snapshot is removed: %v", i, err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Abort(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
