@@ -215,17 +215,17 @@ type scanner interface{ Scan(dest ...any) error }
 // conn is where the store's methods run: on the store's connections, or
 // bound to one transaction (w and r are then both the transaction).
 type conn struct {
-	d     Dialect
-	w     querier // writes, and reads that must see this conn's writes
-	r     querier // other reads
-	db    *sql.DB // begins transactions (nil when bound to one)
-	now   func() time.Time
-	n     Notifier
+	d   Dialect
+	w   querier // writes, and reads that must see this conn's writes
+	r   querier // other reads
+	db  *sql.DB // begins transactions (nil when bound to one)
+	now func() time.Time
+	n   Notifier
 	// committed are what runs after the transaction c is bound to
 	// commits.
 	committed *[]func()
-	tx    *sql.Tx
-	depth int // savepoints below tx
+	tx        *sql.Tx
+	depth     int // savepoints below tx
 }
 
 func (c *conn) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
