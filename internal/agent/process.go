@@ -141,7 +141,7 @@ type process struct {
 	mu        sync.Mutex
 	status    *syscall.WaitStatus
 	signalled bool // a signal was asked for, or the timeout hit: see signal
-	killing   bool // killAll is at work
+	killing   bool // killTree is at work; the command does not finish meanwhile
 	openPipes int
 	timedOut  bool
 	timer     *time.Timer
@@ -170,9 +170,13 @@ func (p *process) onExit(ws syscall.WaitStatus) {
 	if p.timer != nil {
 		p.timer.Stop()
 	}
-	if p.signalled && !p.finished {
+	if p.signalled && !p.finished && !p.killing {
 		// The leader of a signalled command is gone: so is the command.
-		go p.killAll()
+		// It finishes once killTree saw the last of its processes dead
+		// (closing the output is not enough: a killed process closes its
+		// files before it is done exiting).
+		p.killing = true
+		go p.killTree()
 	}
 	p.maybeFinishLocked()
 	p.mu.Unlock()
@@ -187,7 +191,7 @@ func (p *process) pipeClosed() {
 }
 
 func (p *process) maybeFinishLocked() {
-	if p.finished || p.status == nil || p.openPipes > 0 {
+	if p.finished || p.status == nil || p.openPipes > 0 || p.killing {
 		return
 	}
 	ws := *p.status
@@ -289,9 +293,16 @@ func (p *process) killAll() {
 	}
 	p.killing = true
 	p.mu.Unlock()
+	p.killTree()
+}
+
+// killTree does killAll's work once p.killing is set, then clears it and
+// lets the command finish.
+func (p *process) killTree() {
 	gone := killTree(p.pid, p.openOutput)
 	p.mu.Lock()
 	p.killing = false
+	p.maybeFinishLocked()
 	p.mu.Unlock()
 	if !gone {
 		p.log.Warn("some processes of a killed command are still alive", "id", p.id, "after", killTreeLimit)

@@ -718,3 +718,50 @@ func TestIdleSuspendFailureWaitsAPeriod(t *testing.T) {
 		t.Fatalf("%d suspend operations a full idle period after the failure, want 2", n)
 	}
 }
+
+// TestStaleReadDoesNotCompleteOperation: the controller reads a sandbox,
+// then its operations, in two queries. A read of the sandbox from before a
+// pause completed (running), paired with operations listed after a resume
+// began, makes rule 4 complete the resume ("running is its target") while
+// the sandbox is paused; the resume's caller then sees a paused sandbox
+// on its way to running (seen once in CI by the CLI's lifecycle test). The
+// operation's write must fail on the stale read instead.
+func TestStaleReadDoesNotCompleteOperation(t *testing.T) {
+	e := newEnv(t)
+	w := e.worker("w1")
+	w.register(baseTemplate)
+	e.runningSandbox(w, "sb1")
+	stale := e.sandbox("sb1")
+
+	e.mustLifecycle(model.OpPause, "sb1")
+	e.reconcile()
+	w.sync(-1, 0, workerapi.Observed{SandboxID: "sb1", State: model.StatePaused})
+	e.wantSandbox("sb1", model.StatePaused, "w1", "")
+	resume := e.mustLifecycle(model.OpResume, "sb1")
+
+	open, err := e.st.ListOperations(e.ctx, store.OperationFilter{SandboxID: "sb1", Open: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _, err := e.c.newRound(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := e.c.decide(r, stale, open, model.StateRunning)
+	if a.op == nil || a.op.ID != resume.ID || a.op.State != model.OpSucceeded {
+		t.Fatalf("decide on the stale read: %+v (the race needs rule 4 to complete the resume)", a)
+	}
+	if err := e.c.apply(e.ctx, a, stale); !errors.Is(err, model.ErrConflict) {
+		t.Fatalf("apply on a stale read: %v, want a conflict", err)
+	}
+	e.wantOp(resume.ID, model.OpPending, "")
+	e.wantSandbox("sb1", model.StatePaused, "w1", "")
+
+	// Fresh reads carry it out as usual.
+	e.reconcile()
+	resp := w.sync(-1, 0)
+	wantAssignments(t, resp, map[string]model.SandboxState{"sb1": model.StateRunning})
+	w.sync(resp.Version, 0, workerapi.Observed{SandboxID: "sb1", State: model.StateRunning})
+	e.wantSandbox("sb1", model.StateRunning, "w1", "")
+	e.wantOp(resume.ID, model.OpSucceeded, "")
+}

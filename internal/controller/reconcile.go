@@ -150,7 +150,10 @@ func (c *Controller) reconcile(ctx context.Context, r *round, id string) error {
 		if a.empty() {
 			return nil
 		}
-		if err := c.apply(ctx, a); err != nil {
+		if err := c.apply(ctx, a, sb); err != nil {
+			if errors.Is(err, model.ErrConflict) {
+				continue // a concurrent writer moved sb on: decide again
+			}
 			return err
 		}
 		if a.sb != nil && sb.State == model.StatePending && a.sb.State == model.StateStarting {
@@ -475,7 +478,7 @@ func (c *Controller) decideExpiry(sb model.Sandbox, open []model.Operation, now 
 
 // apply writes a (both writes in one transaction when both change) and
 // appends the events.
-func (c *Controller) apply(ctx context.Context, a action) error {
+func (c *Controller) apply(ctx context.Context, a action, read model.Sandbox) error {
 	var (
 		sb  model.Sandbox
 		op  model.Operation
@@ -503,7 +506,20 @@ func (c *Controller) apply(ctx context.Context, a action) error {
 	case a.sb != nil:
 		sb, err = c.st.UpdateSandbox(ctx, *a.sb)
 	default:
-		op, err = c.st.UpdateOperation(ctx, *a.op)
+		// The operation alone changes, but it was decided on read: write
+		// read back unchanged in the same transaction, so that the write
+		// fails (ErrConflict) if the sandbox moved on since. Without it a
+		// read of the sandbox from before a pause completed, paired with
+		// the operations listed after a resume began, completes that
+		// resume ("running is its target") while the sandbox is paused.
+		err = c.st.InTx(ctx, func(tx store.Tx) error {
+			if _, err := tx.UpdateSandbox(ctx, read); err != nil {
+				return err
+			}
+			var err error
+			op, err = tx.UpdateOperation(ctx, *a.op)
+			return err
+		})
 	}
 	if err != nil {
 		return fmt.Errorf("controller: %s: write: %w", a.why, err)

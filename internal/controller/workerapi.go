@@ -382,7 +382,7 @@ func (c *Controller) observe(ctx context.Context, wid string, o workerapi.Observ
 		if a.empty() {
 			return false, nil
 		}
-		err = c.apply(ctx, a)
+		err = c.apply(ctx, a, sb)
 		if errors.Is(err, model.ErrConflict) {
 			continue
 		}
