@@ -48,6 +48,7 @@ import (
 	"github.com/airlock/airlock/internal/store/sqlite"
 	"github.com/airlock/airlock/internal/store/sqlstore"
 	"github.com/airlock/airlock/internal/worker"
+	"github.com/airlock/airlock/internal/workerapi"
 )
 
 // Main runs the daemon subcommand name ("up", "server" or "worker") with its
@@ -184,7 +185,8 @@ func up(ctx context.Context, args []string) error {
 		wo.httpClient = pinnedClient(tlsCfg)
 		svcClient := *wo.httpClient
 		svcClient.Timeout = 30 * time.Second // as the service's default client
-		srv.svc.HTTPClient = &svcClient
+		// Archive transfers use the same transport without the timeout.
+		srv.svc.DataPlane = &workerapi.DataPlane{HTTP: &svcClient}
 	}
 	w, err := newWorker(ctx, wo)
 	if err != nil {

@@ -5,10 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -84,23 +81,16 @@ func (s *Service) workerOf(ctx context.Context, sb model.Sandbox) (model.Worker,
 	return w, nil
 }
 
-// workerRequest is a request from the server to worker w's data plane for
-// sandbox sb, at path (a workerapi data-plane path), authorized by a one-minute
-// token with claims c (the sandbox, its org, the worker and the expiry
-// filled in; signed with w's own key).
-func (s *Service) workerRequest(ctx context.Context, w model.Worker, sb model.Sandbox, c token.Claims, method, path string, body io.Reader) (*http.Request, error) {
+// target is worker w's data plane for one call about sandbox sb,
+// authorized by a one-minute token with claims c (the sandbox, its org, the
+// worker and the expiry filled in; signed with w's own key).
+func (s *Service) target(ctx context.Context, w model.Worker, sb model.Sandbox, c token.Claims) (workerapi.Target, error) {
 	c.SandboxID, c.OrgID, c.Worker, c.Expires = sb.ID, sb.OrgID, w.ID, s.now().Add(time.Minute).Unix()
 	tok, err := s.sign(ctx, c)
 	if err != nil {
-		return nil, err
+		return workerapi.Target{}, err
 	}
-	u := strings.TrimRight(w.DataPlaneURL, "/") + path
-	req, err := http.NewRequestWithContext(ctx, method, u, body)
-	if err != nil {
-		return nil, fmt.Errorf("request to worker %s: %w", w.ID, err)
-	}
-	req.Header.Set("Authorization", "Bearer "+tok)
-	return req, nil
+	return workerapi.Target{Worker: w.ID, URL: w.DataPlaneURL, Token: tok}, nil
 }
 
 // CreateCommand prepares a command session on a running sandbox: it returns
@@ -186,47 +176,17 @@ func (s *Service) ListCommands(ctx context.Context, p Principal, sandboxID strin
 	if err != nil {
 		return nil, "", err
 	}
-	q := url.Values{}
-	if limit > 0 {
-		q.Set("limit", strconv.Itoa(limit))
-	}
-	if cursor != "" {
-		q.Set("cursor", cursor)
-	}
-	path := workerapi.CommandsPath(sb.ID)
-	if len(q) > 0 {
-		path += "?" + q.Encode()
-	}
-	req, err := s.workerRequest(ctx, w, sb, token.Claims{Scope: token.ScopeFiles}, http.MethodGet, path, nil)
+	t, err := s.target(ctx, w, sb, token.Claims{Scope: token.ScopeFiles})
 	if err != nil {
 		return nil, "", err
 	}
-	resp, err := s.httpClient().Do(req)
-	if err != nil {
-		return nil, "", model.Errorf(model.ErrUnavailable, "worker %s did not answer listing commands of %s: %v", w.ID, sb.ID, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return nil, "", model.Errorf(model.ErrUnavailable, "read command list of %s from worker %s: %v", sb.ID, w.ID, err)
-	}
-	switch {
-	case resp.StatusCode == http.StatusBadRequest && cursor != "":
+	out, err := s.dataPlane().ListCommands(ctx, t, sb.ID, limit, cursor)
+	if errors.Is(err, model.ErrInvalid) && cursor != "" {
 		// The worker refuses a cursor it did not hand out.
 		return nil, "", model.Errorf(model.ErrUnprocessable, "cursor %q is not one this sandbox handed out: pass the next_cursor of the previous page, or none for the first page", cursor)
-	case resp.StatusCode != http.StatusOK:
-		return nil, "", model.Errorf(model.ErrUnavailable, "worker %s answered %s listing commands of %s: %s", w.ID, resp.Status, sb.ID, strings.TrimSpace(string(body[:min(len(body), 512)])))
 	}
-	// The worker answers {"commands":[…], "next_cursor"}; a bare array is
-	// accepted too.
-	var out struct {
-		Commands   []agentapi.ProcessInfo `json:"commands"`
-		NextCursor string                 `json:"next_cursor"`
-	}
-	if err := json.Unmarshal(body, &out); err != nil {
-		if err2 := json.Unmarshal(body, &out.Commands); err2 != nil {
-			return nil, "", fmt.Errorf("decode command list from worker %s: %w", w.ID, err)
-		}
+	if err != nil {
+		return nil, "", workerError(err, w.ID, "listing commands of "+sb.ID)
 	}
 	if out.Commands == nil {
 		out.Commands = []agentapi.ProcessInfo{}

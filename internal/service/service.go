@@ -6,10 +6,11 @@
 // the service knows neither API's routes nor their status codes (its
 // messages do name /v1's fields, e.g. timeout_s). Its errors are in neutral
 // words; a next step worth suggesting is a typed Hint (hint.go) that each
-// adapter words for its own clients. One exception to "transport-free" remains: the service calls
-// workers' data planes over HTTP itself (command lists, checkpoint export,
-// import and snapshot delete: workerRequest, workerError), reading their
-// answers through httperr. The service never drives a sandbox itself: it
+// adapter words for its own clients. Workers' data planes (command lists,
+// checkpoint export and import, snapshot drops) are reached through an
+// injected DataPlane (workerapi.DataPlane by default); the service signs
+// each call's token and words the worker's failures (workerError). The
+// service never drives a sandbox itself: it
 // records what the user wants, appends events and kicks the controllers.
 package service
 
@@ -17,16 +18,18 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"io"
 	"log/slog"
-	"net/http"
 	"sync"
 	"time"
 
 	"github.com/airlock/airlock/internal/events"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/scheduler"
+	"github.com/airlock/airlock/internal/snapshot"
 	"github.com/airlock/airlock/internal/store"
 	"github.com/airlock/airlock/internal/token"
+	"github.com/airlock/airlock/internal/workerapi"
 )
 
 // DefaultRuntime is the runtime sandboxes get when the request names none.
@@ -63,8 +66,9 @@ type Service struct {
 	DefaultRuntime string
 	// OperationDeadline bounds every operation (0: model.DefaultOperationDeadline).
 	OperationDeadline time.Duration
-	// HTTPClient calls workers' data planes (nil: a client with a 30 s timeout).
-	HTTPClient *http.Client
+	// DataPlane calls workers' data planes (nil: a workerapi.DataPlane with
+	// its default clients).
+	DataPlane DataPlane
 	// RateLimit is each API key's sustained request rate per second and
 	// RateBurst its bucket size (0: DefaultRateLimit, DefaultRateBurst;
 	// RateLimit < 0 disables limiting).
@@ -125,13 +129,24 @@ func (s *Service) runtime() string {
 	return DefaultRuntime
 }
 
-var defaultHTTPClient = &http.Client{Timeout: 30 * time.Second}
+// DataPlane is what the service asks of workers' data planes: a page of a
+// sandbox's commands, a checkpoint's export, an archive's import, a
+// sandbox's snapshots dropped. workerapi.DataPlane is the implementation;
+// errors are as it documents.
+type DataPlane interface {
+	ListCommands(ctx context.Context, t workerapi.Target, sandboxID string, limit int, cursor string) (workerapi.CommandsPage, error)
+	Export(ctx context.Context, t workerapi.Target, sandboxID, snapshotID string) (io.ReadCloser, int64, error)
+	Import(ctx context.Context, t workerapi.Target, sandboxID string, archive io.Reader) (snapshot.Manifest, error)
+	DropSnapshots(ctx context.Context, t workerapi.Target, sandboxID string) error
+}
 
-func (s *Service) httpClient() *http.Client {
-	if s.HTTPClient != nil {
-		return s.HTTPClient
+var defaultDataPlane = &workerapi.DataPlane{}
+
+func (s *Service) dataPlane() DataPlane {
+	if s.DataPlane != nil {
+		return s.DataPlane
 	}
-	return defaultHTTPClient
+	return defaultDataPlane
 }
 
 func (s *Service) signingKey(ctx context.Context) ([]byte, error) {

@@ -16,11 +16,9 @@ package service
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"regexp"
 	"slices"
 	"strconv"
@@ -73,10 +71,6 @@ func (s *Service) snapshotRuntimes(ctx context.Context) ([]string, error) {
 	slices.Sort(names)
 	return names, nil
 }
-
-// streamClient moves archives to and from workers: no overall timeout (an
-// archive may be GiBs), the request's context bounds it.
-var streamClient = &http.Client{}
 
 // requireSnapshots returns the 403 that names the gate when org orgID does
 // not have it.
@@ -341,27 +335,22 @@ func (s *Service) ExportCheckpoint(ctx context.Context, p Principal, id, name st
 			done()
 		}
 	}()
-	req, err := s.workerRequest(ctx, w, sb, token.Claims{Scope: token.ScopeSnapshot, Snapshot: cp.SnapshotID},
-		http.MethodGet, workerapi.ExportPath(sb.ID, cp.SnapshotID), nil)
+	t, err := s.target(ctx, w, sb, token.Claims{Scope: token.ScopeSnapshot, Snapshot: cp.SnapshotID})
 	if err != nil {
 		return Export{}, err
 	}
-	resp, err := streamClient.Do(req)
+	archive, size, err := s.dataPlane().Export(ctx, t, sb.ID, cp.SnapshotID)
 	if err != nil {
-		return Export{}, model.Errorf(model.ErrUnavailable, "worker %s did not answer exporting checkpoint %q of %s: %v", w.ID, name, id, err)
+		return Export{}, workerError(err, w.ID, "exporting checkpoint "+strconv.Quote(name)+" of "+id)
 	}
-	if resp.StatusCode != http.StatusOK {
-		defer resp.Body.Close()
-		return Export{}, workerError(resp, w.ID, "exporting checkpoint "+strconv.Quote(name)+" of "+id)
-	}
-	body, size, err := s.signArchive(ctx, resp.Body, resp.ContentLength)
+	body, size, err := s.signArchive(ctx, archive, size)
 	if err != nil {
-		resp.Body.Close()
+		archive.Close()
 		return Export{}, fmt.Errorf("export checkpoint %q of %s from worker %s: %w", name, id, w.ID, err)
 	}
 	s.touch(ctx, sb.ID)
 	handed = true
-	return Export{Body: readCloser{body, doneCloser{resp.Body, done}}, Size: size, Filename: sb.ID + "-" + name + ".tar"}, nil
+	return Export{Body: readCloser{body, doneCloser{archive, done}}, Size: size, Filename: sb.ID + "-" + name + ".tar"}, nil
 }
 
 // signArchive returns archive (of size bytes, -1 if unknown) with the
@@ -403,18 +392,27 @@ type readCloser struct {
 	io.Closer
 }
 
-// workerError turns a worker's error answer into a model error with its
-// message (internal/httperr): what the user's request did wrong (invalid,
-// unprocessable, not found, conflict, too large) keeps its meaning; anything
-// else, the worker refusing the server's own credentials included, is the
-// worker failing: unavailable.
-func workerError(resp *http.Response, wid, what string) error {
-	err := httperr.FromResponse(resp)
-	switch kind := httperr.Kind(err); kind {
-	case model.ErrInvalid, model.ErrUnprocessable, model.ErrNotFound, model.ErrConflict, model.ErrTooLarge:
-		return model.Errorf(kind, "%s", err)
+// workerError words the failure of a data-plane call to worker wid (what:
+// e.g. "importing an archive") for the user: what the user's request did
+// wrong (invalid, unprocessable, not found, conflict, too large) keeps the
+// worker's message and meaning; anything else, the worker refusing the
+// server's own credentials included, is the worker failing: unavailable.
+func workerError(err error, wid, what string) error {
+	var we *workerapi.Error
+	if !errors.As(err, &we) {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if errors.Is(err, model.ErrUnavailable) {
+			return err // it says which worker did not answer
+		}
+		return model.Errorf(model.ErrUnavailable, "worker %s failed %s: %v", wid, what, err)
 	}
-	return model.Errorf(model.ErrUnavailable, "worker %s answered %s %s: %s", wid, resp.Status, what, err)
+	switch kind := httperr.Kind(we); kind {
+	case model.ErrInvalid, model.ErrUnprocessable, model.ErrNotFound, model.ErrConflict, model.ErrTooLarge:
+		return model.Errorf(kind, "%s", we.Message)
+	}
+	return model.Errorf(model.ErrUnavailable, "worker %s answered %s %s: %s", wid, we.Status, what, we.Message)
 }
 
 // ImportSandbox creates a sandbox from a checkpoint archive: it reads the
@@ -527,25 +525,16 @@ func (s *Service) ImportSandbox(ctx context.Context, p Principal, req CreatePara
 // sendArchive streams an archive into worker w's snapshot store under
 // sandbox sb and returns the committed manifest.
 func (s *Service) sendArchive(ctx context.Context, w model.Worker, sb model.Sandbox, archive io.Reader) (snapshot.Manifest, error) {
-	req, err := s.workerRequest(ctx, w, sb, token.Claims{Scope: token.ScopeSnapshot}, http.MethodPost, workerapi.SnapshotsPath(sb.ID), archive)
+	t, err := s.target(ctx, w, sb, token.Claims{Scope: token.ScopeSnapshot})
 	if err != nil {
 		return snapshot.Manifest{}, err
 	}
-	req.Header.Set("Content-Type", "application/x-tar")
-	resp, err := streamClient.Do(req)
+	m, err := s.dataPlane().Import(ctx, t, sb.ID, archive)
 	if err != nil {
 		if ctx.Err() != nil {
 			return snapshot.Manifest{}, fmt.Errorf("import: %w", ctx.Err())
 		}
-		return snapshot.Manifest{}, model.Errorf(model.ErrUnavailable, "worker %s did not take the archive: %v", w.ID, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated {
-		return snapshot.Manifest{}, workerError(resp, w.ID, "importing an archive")
-	}
-	var m snapshot.Manifest
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&m); err != nil {
-		return snapshot.Manifest{}, fmt.Errorf("import: decode the worker's manifest: %w", err)
+		return snapshot.Manifest{}, workerError(err, w.ID, "importing an archive")
 	}
 	return m, nil
 }
@@ -556,13 +545,11 @@ func (s *Service) sendArchive(ctx context.Context, w model.Worker, sb model.Sand
 func (s *Service) dropSnapshots(w model.Worker, sb model.Sandbox) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	req, err := s.workerRequest(ctx, w, sb, token.Claims{Scope: token.ScopeSnapshot}, http.MethodDelete, workerapi.SnapshotsPath(sb.ID), nil)
-	if err != nil {
-		return
+	t, err := s.target(ctx, w, sb, token.Claims{Scope: token.ScopeSnapshot})
+	if err == nil {
+		err = s.dataPlane().DropSnapshots(ctx, t, sb.ID)
 	}
-	if resp, err := s.httpClient().Do(req); err == nil {
-		resp.Body.Close()
-	} else {
+	if err != nil {
 		s.logger().Warn("drop imported snapshot", "worker", w.ID, "sandbox", sb.ID, "err", err)
 	}
 }

@@ -31,18 +31,24 @@ type Client struct {
 	Secret func() string
 }
 
-// Error is an error answer of the server. It matches the model sentinel
-// the answer stands for (internal/httperr); an answer that names none (a
-// 500, a proxy's 502) is model.ErrUnavailable: the server failed, retry.
+// Error is an error answer of the server (Client) or of a worker
+// (DataPlane). It matches the model sentinel the answer stands for
+// (internal/httperr); an answer that names none (a 500, a proxy's 502) is
+// model.ErrUnavailable: the other side failed, retry.
 type Error struct {
 	Path    string // the call's path
 	Status  string // the HTTP status line, e.g. "409 Conflict"
-	Message string // the server's message
+	Message string // the answer's message
 	kind    error
+	from    string // who answered ("": the server)
 }
 
 func (e *Error) Error() string {
-	return "call " + e.Path + ": server answered " + e.Status + ": " + e.Message
+	from := e.from
+	if from == "" {
+		from = "server"
+	}
+	return "call " + e.Path + ": " + from + " answered " + e.Status + ": " + e.Message
 }
 
 // Unwrap returns the sentinel the answer stands for.
