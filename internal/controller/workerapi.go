@@ -584,7 +584,7 @@ func (c *Controller) assignments(ctx context.Context, id string) (workerapi.Sync
 				desired = model.StateRunning
 			}
 		}
-		resp.Assignments = append(resp.Assignments, workerapi.Assignment{Sandbox: sb, Desired: desired})
+		resp.Assignments = append(resp.Assignments, workerapi.Assignment{Sandbox: workerapi.SpecOf(sb), Desired: desired})
 		fmt.Fprintf(h, "%s\x00%s\x00%d\x00", sb.ID, desired, sb.Generation)
 	}
 	resp.Version = int64(h.Sum64() & math.MaxInt64)

@@ -181,14 +181,14 @@ func (w *Worker) writeSnapshot(ctx context.Context, snap runtime.Snapshotter, st
 	return m, nil
 }
 
-// assigned returns the sandbox record id was last assigned with.
-func (w *Worker) assigned(id string) (model.Sandbox, bool) {
+// assigned returns the spec sandbox id was last assigned with.
+func (w *Worker) assigned(id string) (workerapi.SandboxSpec, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if sb := w.sandboxes[id]; sb != nil && sb.spec.ID != "" {
 		return sb.spec, true
 	}
-	return model.Sandbox{}, false
+	return workerapi.SandboxSpec{}, false
 }
 
 func abort(p *snapshot.Pending) error {
@@ -303,7 +303,7 @@ func (w *Worker) startWake(ctx context.Context, sb *sandbox) {
 	}()
 }
 
-func (w *Worker) wake(ctx context.Context, sb *sandbox, s model.Sandbox, snapID string) {
+func (w *Worker) wake(ctx context.Context, sb *sandbox, s workerapi.SandboxSpec, snapID string) {
 	t0 := time.Now()
 	h, ac, unusable, err := w.restore(ctx, s, snapID)
 	if err == nil {
@@ -339,7 +339,7 @@ func (w *Worker) wake(ctx context.Context, sb *sandbox, s model.Sandbox, snapID 
 // restore starts s from its committed snapshot snapID and waits for the
 // agent. On failure nothing of the runtime sandbox is left; unusable says
 // the snapshot itself is missing or failed its checks.
-func (w *Worker) restore(ctx context.Context, s model.Sandbox, snapID string) (_ runtime.Sandbox, _ *agentclient.Client, unusable bool, err error) {
+func (w *Worker) restore(ctx context.Context, s workerapi.SandboxSpec, snapID string) (_ runtime.Sandbox, _ *agentclient.Client, unusable bool, err error) {
 	snap, ok := w.cfg.Driver.(runtime.Snapshotter)
 	if !ok || w.cfg.Snapshots == nil {
 		return nil, nil, false, fmt.Errorf("worker %s cannot restore snapshots", w.cfg.ID)
@@ -355,7 +355,7 @@ func (w *Worker) restore(ctx context.Context, s model.Sandbox, snapID string) (_
 	return h, ac, false, err
 }
 
-func (w *Worker) restoreFrom(ctx context.Context, s model.Sandbox, m snapshot.Manifest, dir string, snap runtime.Snapshotter) (_ runtime.Sandbox, _ *agentclient.Client, err error) {
+func (w *Worker) restoreFrom(ctx context.Context, s workerapi.SandboxSpec, m snapshot.Manifest, dir string, snap runtime.Snapshotter) (_ runtime.Sandbox, _ *agentclient.Client, err error) {
 	rootfs := w.cfg.RootFS(s.TemplateDigest)
 	if rootfs == "" {
 		return nil, nil, fmt.Errorf("template %s (%s) is not present on worker %s", s.Template, s.TemplateDigest, w.cfg.ID)

@@ -93,7 +93,7 @@ type step struct {
 	kind stepKind
 	id   string
 	// sandbox is the assigned record (start, assign).
-	sandbox model.Sandbox
+	sandbox workerapi.SandboxSpec
 	// reason is recorded with the state (report-failed, report-gone).
 	reason string
 	// note is logged (Info) before the step is carried out.
@@ -368,7 +368,7 @@ func neverRan(st model.SandboxState) bool {
 }
 
 // sourceOf names the sandbox whose snapshot s starts from ("" none).
-func sourceOf(s model.Sandbox) string {
+func sourceOf(s workerapi.SandboxSpec) string {
 	if s.Source == nil {
 		return ""
 	}

@@ -20,7 +20,7 @@ func TestPlan(t *testing.T) {
 	// assign returns an assignment of id, which the server saw in state
 	// st, desired des.
 	assign := func(id string, st, des model.SandboxState, opts ...func(*workerapi.Assignment)) workerapi.Assignment {
-		a := workerapi.Assignment{Sandbox: model.Sandbox{ID: id, State: st}, Desired: des}
+		a := workerapi.Assignment{Sandbox: workerapi.SandboxSpec{ID: id, State: st}, Desired: des}
 		for _, o := range opts {
 			o(&a)
 		}
@@ -238,7 +238,7 @@ func TestPlan(t *testing.T) {
 // the kind: the assigned record, the snapshot and the reason.
 func TestPlanStepCarriesTheAssignment(t *testing.T) {
 	now := time.Now()
-	a := workerapi.Assignment{Sandbox: model.Sandbox{ID: "sbx-a", State: model.StateSuspended, Env: map[string]string{"K": "v"}, Runtime: "gvisor"}, Desired: model.StateRunning}
+	a := workerapi.Assignment{Sandbox: workerapi.SandboxSpec{ID: "sbx-a", State: model.StateSuspended, Env: map[string]string{"K": "v"}, Runtime: "gvisor"}, Desired: model.StateRunning}
 	steps := plan(nil, []workerapi.Assignment{a}, now, facts{found: map[string]foundSnapshot{"sbx-a": {id: "snap-1", bytes: 42}}})
 	if len(steps) != 3 {
 		t.Fatalf("steps %v", steps)
@@ -249,11 +249,11 @@ func TestPlanStepCarriesTheAssignment(t *testing.T) {
 	if s := steps[1]; s.kind != stepAssign || s.sandbox.Runtime != "gvisor" || s.sandbox.Env["K"] != "v" || !s.envChanged {
 		t.Errorf("assign: %+v", s)
 	}
-	start := plan(nil, []workerapi.Assignment{{Sandbox: model.Sandbox{ID: "sbx-b", Runtime: "qemu"}, Desired: model.StateRunning}}, now, facts{})
+	start := plan(nil, []workerapi.Assignment{{Sandbox: workerapi.SandboxSpec{ID: "sbx-b", Runtime: "qemu"}, Desired: model.StateRunning}}, now, facts{})
 	if len(start) != 1 || start[0].kind != stepStart || start[0].sandbox.Runtime != "qemu" {
 		t.Errorf("start: %v", start)
 	}
-	lost := plan(nil, []workerapi.Assignment{{Sandbox: model.Sandbox{ID: "sbx-c", State: model.StateRunning}, Desired: model.StateRunning}}, now, facts{workerID: "w9"})
+	lost := plan(nil, []workerapi.Assignment{{Sandbox: workerapi.SandboxSpec{ID: "sbx-c", State: model.StateRunning}, Desired: model.StateRunning}}, now, facts{workerID: "w9"})
 	if len(lost) == 0 || lost[0].kind != stepReportGone || lost[0].dropSnapshots || !strings.Contains(lost[0].reason, "worker w9") {
 		t.Errorf("lost: %v", lost)
 	}

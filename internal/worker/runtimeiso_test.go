@@ -106,7 +106,7 @@ func TestUnavailableRuntimeDoesNotBlockGVisor(t *testing.T) {
 	// before the set-up failed) fails at once with the runtime's reason.
 	qid := newSandboxID()
 	srv.Set(workerapi.Assignment{
-		Sandbox: model.Sandbox{ID: qid, Template: "base", TemplateDigest: tmpl.Digest, Runtime: "qemu", State: model.StateStarting,
+		Sandbox: workerapi.SandboxSpec{ID: qid, Template: "base", TemplateDigest: tmpl.Digest, Runtime: "qemu", State: model.StateStarting,
 			Resources: model.Resources{VCPUs: 1, MemoryMiB: 512}},
 		Desired: model.StateRunning,
 	})

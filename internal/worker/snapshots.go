@@ -102,7 +102,7 @@ func (w *Worker) cannotTask(sb *sandbox, t model.Task) {
 
 // checkpointTask writes checkpoint t.Checkpoint of sb, which keeps running
 // (or stays paused).
-func (w *Worker) checkpointTask(ctx context.Context, sb *sandbox, snap runtime.Snapshotter, s model.Sandbox, t model.Task, paused bool) workerapi.TaskResult {
+func (w *Worker) checkpointTask(ctx context.Context, sb *sandbox, snap runtime.Snapshotter, s workerapi.SandboxSpec, t model.Task, paused bool) workerapi.TaskResult {
 	if m, ok := w.findCheckpoint(sb.id, t.Checkpoint); ok {
 		return workerapi.TaskResult{SnapshotID: m.ID, Bytes: m.Bytes}
 	}
@@ -136,7 +136,7 @@ func (w *Worker) checkpointTask(ctx context.Context, sb *sandbox, snap runtime.S
 }
 
 // rollbackTask restores sb under its own id from checkpoint t.SnapshotID.
-func (w *Worker) rollbackTask(ctx context.Context, sb *sandbox, snap runtime.Snapshotter, s model.Sandbox, t model.Task) workerapi.TaskResult {
+func (w *Worker) rollbackTask(ctx context.Context, sb *sandbox, snap runtime.Snapshotter, s workerapi.SandboxSpec, t model.Task) workerapi.TaskResult {
 	t0 := time.Now()
 	m, dir, err := w.cfg.Snapshots.Get(sb.id, t.SnapshotID)
 	if err != nil {
@@ -191,7 +191,7 @@ func (w *Worker) finishRestore(ctx context.Context, id string, r snapshot.Restor
 		if !ok {
 			return fmt.Errorf("worker %s cannot restore snapshots", w.cfg.ID)
 		}
-		var s model.Sandbox
+		var s workerapi.SandboxSpec
 		if err := json.Unmarshal(r.Spec, &s); err != nil || s.ID != id {
 			return fmt.Errorf("the rollback record names no sandbox spec of %s (%v)", id, err)
 		}
@@ -244,7 +244,7 @@ func (w *Worker) taskLostRuntime(ctx context.Context, sb *sandbox, what string, 
 }
 
 // snapshotMeta describes a snapshot of s for its manifest.
-func (w *Worker) snapshotMeta(s model.Sandbox, kind, name string) snapshot.Meta {
+func (w *Worker) snapshotMeta(s workerapi.SandboxSpec, kind, name string) snapshot.Meta {
 	rt := s.Runtime
 	if rt == "" {
 		rt = w.cfg.Driver.Name()
@@ -269,7 +269,7 @@ func (w *Worker) findCheckpoint(id, name string) (snapshot.Manifest, bool) {
 
 // startFromSource restores s from its Source snapshot (a fork or an
 // import) under its own id.
-func (w *Worker) startFromSource(ctx context.Context, s model.Sandbox) (runtime.Sandbox, *agentclient.Client, error) {
+func (w *Worker) startFromSource(ctx context.Context, s workerapi.SandboxSpec) (runtime.Sandbox, *agentclient.Client, error) {
 	snap, ok := w.cfg.Driver.(runtime.Snapshotter)
 	if !ok || w.cfg.Snapshots == nil {
 		return nil, nil, fmt.Errorf("worker %s cannot restore snapshots", w.cfg.ID)

@@ -24,6 +24,7 @@ import (
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/runtime"
 	"github.com/airlock/airlock/internal/snapshot"
+	"github.com/airlock/airlock/internal/workerapi"
 )
 
 // defaultDiskMiB is the disk size runtimes give a sandbox that names none
@@ -34,7 +35,7 @@ const defaultDiskMiB = 4096
 const TemplateImageTimeout = 5 * time.Minute
 
 // templateImageKey is the snapshot-store id of the image for s.
-func templateImageKey(s model.Sandbox, rt string) string {
+func templateImageKey(s workerapi.SandboxSpec, rt string) string {
 	d := strings.TrimPrefix(s.TemplateDigest, "sha256:")
 	if len(d) > 24 {
 		d = d[:24]
@@ -51,7 +52,7 @@ func templateImageKey(s model.Sandbox, rt string) string {
 
 // templateImage returns the committed image for s when its runtime uses
 // images; without one it starts building it (once) and returns false.
-func (w *Worker) templateImage(ctx context.Context, s model.Sandbox) (snapshot.Manifest, string, bool) {
+func (w *Worker) templateImage(ctx context.Context, s workerapi.SandboxSpec) (snapshot.Manifest, string, bool) {
 	rt := s.Runtime
 	if rt == "" {
 		rt = w.cfg.Driver.Name()
@@ -97,7 +98,7 @@ func (w *Worker) templateImage(ctx context.Context, s model.Sandbox) (snapshot.M
 
 // buildTemplateImage boots s's template under a throwaway id, waits for
 // its agent, checkpoints it as the image key, and releases it.
-func (w *Worker) buildTemplateImage(ctx context.Context, s model.Sandbox, rt, key string) (err error) {
+func (w *Worker) buildTemplateImage(ctx context.Context, s workerapi.SandboxSpec, rt, key string) (err error) {
 	snap := w.cfg.Driver.(runtime.Snapshotter)
 	rootfs := w.cfg.RootFS(s.TemplateDigest)
 	if rootfs == "" {
@@ -134,7 +135,7 @@ func (w *Worker) buildTemplateImage(ctx context.Context, s model.Sandbox, rt, ke
 
 // startFromImage restores s from template image m (in dir); on failure the
 // image is dropped (the next create rebuilds it) and the caller boots.
-func (w *Worker) startFromImage(ctx context.Context, s model.Sandbox, m snapshot.Manifest, dir string) (runtime.Sandbox, *agentclient.Client, error) {
+func (w *Worker) startFromImage(ctx context.Context, s workerapi.SandboxSpec, m snapshot.Manifest, dir string) (runtime.Sandbox, *agentclient.Client, error) {
 	h, ac, err := w.restoreFrom(ctx, s, m, dir, w.cfg.Driver.(runtime.Snapshotter))
 	if err != nil {
 		w.log.Warn("start from template image failed; booting instead", "sandbox", s.ID, "image", m.SandboxID, "err", err)

@@ -131,7 +131,7 @@ type sandbox struct {
 	wakeRetryAt    time.Time
 	env            map[string]string
 	// spec is the sandbox as last assigned (runtime, template, resources).
-	spec   model.Sandbox
+	spec   workerapi.SandboxSpec
 	handle runtime.Sandbox
 	agent  *agentclient.Client
 	// snapshotID/snapshotBytes name the committed suspend snapshot while
@@ -718,7 +718,7 @@ func (w *Worker) cannotPause(sb *sandbox) {
 }
 
 // start creates one sandbox and waits for its agent.
-func (w *Worker) start(ctx context.Context, sb *sandbox, s model.Sandbox) {
+func (w *Worker) start(ctx context.Context, sb *sandbox, s workerapi.SandboxSpec) {
 	h, ac, from, err := w.startOne(ctx, s)
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -738,7 +738,7 @@ func (w *Worker) start(ctx context.Context, sb *sandbox, s model.Sandbox) {
 	w.changed()
 }
 
-func (w *Worker) startOne(ctx context.Context, s model.Sandbox) (_ runtime.Sandbox, _ *agentclient.Client, from string, err error) {
+func (w *Worker) startOne(ctx context.Context, s workerapi.SandboxSpec) (_ runtime.Sandbox, _ *agentclient.Client, from string, err error) {
 	rootfs := w.cfg.RootFS(s.TemplateDigest)
 	if rootfs == "" {
 		return nil, nil, "", fmt.Errorf("template %s (%s) is not present on worker %s", s.Template, s.TemplateDigest, w.cfg.ID)

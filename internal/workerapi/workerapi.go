@@ -19,7 +19,9 @@
 // Sync returns at once when the worker's observed state changed anything or
 // when the assignment version differs from N; otherwise it waits up to wait
 // for a change. The worker reconciles its runtime toward Assignments, level
-// triggered: anything running locally that is not assigned is deleted.
+// triggered: anything running locally that is not assigned is deleted. An
+// assignment carries a SandboxSpec, the few fields of the sandbox the
+// worker acts on, not the server's whole record.
 //
 // The server calls a worker's data plane (WorkerInfo.DataPlaneURL) only with
 // data-plane tokens it signs itself (internal/token), e.g. to list commands.
@@ -147,10 +149,56 @@ type SyncRequest struct {
 
 // Assignment is the desired state of one sandbox on this worker.
 type Assignment struct {
-	Sandbox model.Sandbox `json:"sandbox"`
+	Sandbox SandboxSpec `json:"sandbox"`
 	// Desired is running, paused, suspended or deleted. A suspended sandbox
 	// with Desired running is woken from Sandbox.SnapshotID.
 	Desired model.SandboxState `json:"desired"`
+}
+
+// SandboxSpec is what a worker is given of a sandbox: exactly the fields
+// it acts on to start, pause, suspend, wake, checkpoint, roll back and
+// build template images, and nothing else. The server's record
+// (model.Sandbox: metadata, reasons, desired state, timestamps, pool,
+// expiry) stays the server's; the worker has no use for it and a worker
+// that never receives it cannot come to depend on it.
+//
+// Each field has the json tag it has in model.Sandbox, so the wire is
+// model.Sandbox's less the other fields: a worker of the previous
+// version, which decodes an assignment into a model.Sandbox, gets every
+// field it reads, and a worker given a whole model.Sandbox (by a server
+// of the previous version) ignores the rest. The same holds for the spec
+// a worker records on disk for an interrupted rollback.
+type SandboxSpec struct {
+	ID             string             `json:"id"`
+	Template       string             `json:"template"`        // the reference as requested, for messages and manifests
+	TemplateDigest string             `json:"template_digest"` // picks the rootfs and the template image
+	Runtime        string             `json:"runtime"`         // empty: the worker's default
+	State          model.SandboxState `json:"state"`           // the server's view: whether it ever ran (plan.go rule 1)
+	Env            map[string]string  `json:"env,omitempty"`   // merged into every command's environment
+	Resources      model.Resources    `json:"resources"`
+	// SnapshotID is the snapshot a suspended sandbox wakes from.
+	SnapshotID string `json:"snapshot_id,omitempty"`
+	// Task is the checkpoint or rollback to run (model.Sandbox.Task).
+	Task *model.Task `json:"task,omitempty"`
+	// Source is the snapshot a fork or an import starts from instead of
+	// booting its template (model.Sandbox.Source).
+	Source *model.Source `json:"source,omitempty"`
+}
+
+// SpecOf is the part of s a worker is given (SandboxSpec).
+func SpecOf(s model.Sandbox) SandboxSpec {
+	return SandboxSpec{
+		ID:             s.ID,
+		Template:       s.Template,
+		TemplateDigest: s.TemplateDigest,
+		Runtime:        s.Runtime,
+		State:          s.State,
+		Env:            s.Env,
+		Resources:      s.Resources,
+		SnapshotID:     s.SnapshotID,
+		Task:           s.Task,
+		Source:         s.Source,
+	}
 }
 
 // SyncResponse lists every sandbox assigned to the worker.

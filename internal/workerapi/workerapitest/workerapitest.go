@@ -207,8 +207,8 @@ func (s *Server) Assign(id, digest string, desired model.SandboxState) {
 		state, snap = a.Sandbox.State, a.Sandbox.SnapshotID
 	}
 	s.assignments[id] = workerapi.Assignment{
-		Sandbox: model.Sandbox{ID: id, Template: "base", TemplateDigest: digest, State: state, SnapshotID: snap,
-			Resources: model.Resources{VCPUs: 1, MemoryMiB: 512}, NoAutoWake: s.noAutoWake[id]},
+		Sandbox: workerapi.SandboxSpec{ID: id, Template: "base", TemplateDigest: digest, State: state, SnapshotID: snap,
+			Resources: model.Resources{VCPUs: 1, MemoryMiB: 512}},
 		Desired: desired,
 	}
 	s.version++
@@ -266,10 +266,6 @@ func (s *Server) SetNoAutoWake(id string, v bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.noAutoWake[id] = v
-	if a, ok := s.assignments[id]; ok {
-		a.Sandbox.NoAutoWake = v
-		s.assignments[id] = a
-	}
 }
 
 // Wakes returns how many wakes were accepted.
