@@ -206,7 +206,7 @@ func TestErrorStatuses(t *testing.T) {
 }
 
 func TestRateLimit(t *testing.T) {
-	e := newEnv(t, func(s *service.Service) { s.RateLimit, s.RateBurst = 0.01, 3 })
+	e := newEnv(t, func(s *service.Config) { s.RateLimit, s.RateBurst = 0.01, 3 })
 	for i := range 3 {
 		if _, err := e.admin.ListTemplates(e.ctx); err != nil {
 			t.Fatalf("request %d within burst: %v", i, err)

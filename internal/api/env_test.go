@@ -39,7 +39,7 @@ type env struct {
 	hook atomic.Pointer[func(*http.Request)]
 }
 
-func newEnv(t *testing.T, configure ...func(*service.Service)) *env {
+func newEnv(t *testing.T, configure ...func(*service.Config)) *env {
 	t.Helper()
 	ctx := t.Context()
 	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "airlock.db"))
@@ -51,10 +51,11 @@ func newEnv(t *testing.T, configure ...func(*service.Service)) *env {
 	if err := st.PutTemplate(ctx, model.Template{Name: "base", Tag: "latest", Digest: baseDigest, SizeBytes: 1, CreatedAt: time.Now()}); err != nil {
 		t.Fatalf("put template: %v", err)
 	}
-	e.svc = &service.Service{Store: st, Events: e.ev, Kick: func() { e.kicks.Add(1) }}
+	cfg := service.Config{Store: st, Events: e.ev, Kick: func() { e.kicks.Add(1) }}
 	for _, c := range configure {
-		c(e.svc)
+		c(&cfg)
 	}
+	e.svc = service.New(cfg)
 	secret, created, err := e.svc.Bootstrap(ctx)
 	if err != nil || !created {
 		t.Fatalf("bootstrap: created=%v err=%v", created, err)

@@ -30,7 +30,7 @@ func FuzzRequestBodies(f *testing.F) {
 	if err := st.PutTemplate(ctx, model.Template{Name: "base", Tag: "latest", Digest: baseDigest, SizeBytes: 1, CreatedAt: time.Now()}); err != nil {
 		f.Fatal(err)
 	}
-	svc := &service.Service{Store: st, Events: events.New(st), Kick: func() {}}
+	svc := service.New(service.Config{Store: st, Events: events.New(st), Kick: func() {}})
 	key, _, err := svc.Bootstrap(ctx)
 	if err != nil {
 		f.Fatal(err)

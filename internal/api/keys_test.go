@@ -22,7 +22,7 @@ import (
 // very next request, with a 401 that names the key.
 func TestRevokedKeyRefusedOnEveryServer(t *testing.T) {
 	e := newEnv(t)
-	svcB := &service.Service{Store: e.st, Events: events.New(e.st)}
+	svcB := service.New(service.Config{Store: e.st, Events: events.New(e.st)})
 	srvB := httptest.NewServer(api.New(svcB, api.Options{}))
 	t.Cleanup(srvB.Close)
 
@@ -67,7 +67,7 @@ func TestRevokedKeyRefusedOnEveryServer(t *testing.T) {
 func TestExpiredKeyRefused(t *testing.T) {
 	now := time.Now().UTC()
 	clock := now
-	e := newEnv(t, func(s *service.Service) { s.Now = func() time.Time { return clock } })
+	e := newEnv(t, func(s *service.Config) { s.Now = func() time.Time { return clock } })
 	org, err := e.admin.CreateOrg(e.ctx, "acme")
 	if err != nil {
 		t.Fatal(err)

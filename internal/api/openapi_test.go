@@ -91,7 +91,7 @@ func TestOpenAPIRefsResolve(t *testing.T) {
 // TestServedOpenAPIIsCommittedFile checks that GET /v1/openapi.json serves
 // the committed document byte for byte, without authentication.
 func TestServedOpenAPIIsCommittedFile(t *testing.T) {
-	srv := httptest.NewServer(New(&service.Service{}, Options{}))
+	srv := httptest.NewServer(New(service.New(service.Config{}), Options{}))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL + "/v1/openapi.json")
 	if err != nil {

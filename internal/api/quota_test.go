@@ -184,7 +184,7 @@ func (e *env) orgKey(name string, admin bool) (string, model.Org) {
 // with Retry-After; other requests of the org and other orgs' creates are
 // not limited by it.
 func TestCreateRateLimit(t *testing.T) {
-	e := newEnv(t, func(s *service.Service) { s.CreateRate, s.CreateBurst = 0.01, 3 })
+	e := newEnv(t, func(s *service.Config) { s.CreateRate, s.CreateBurst = 0.01, 3 })
 	secret, _ := e.orgKey("flood", false)
 	c := e.client(secret)
 	for i := range 3 {
@@ -211,7 +211,7 @@ func TestCreateRateLimit(t *testing.T) {
 // TestDiskMiB: every sandbox gets a disk limit (default 4096 MiB), and one
 // above the operator's maximum is refused naming the field and the flag.
 func TestDiskMiB(t *testing.T) {
-	e := newEnv(t, func(s *service.Service) { s.MaxDiskMiB = 8192 })
+	e := newEnv(t, func(s *service.Config) { s.MaxDiskMiB = 8192 })
 	sb, _ := e.create(e.admin)
 	if sb.Resources.DiskMiB != service.DefaultDiskMiB {
 		t.Fatalf("default disk_mib = %d, want %d", sb.Resources.DiskMiB, service.DefaultDiskMiB)

@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -178,10 +177,7 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request, p service.Princi
 
 // subscribe subscribes to the caller's events (p's org; one sandbox if set).
 func (s *server) subscribe(ctx context.Context, p service.Principal, sandboxID string) (*events.Subscription, error) {
-	if s.svc.Events == nil {
-		return nil, errors.New("the service has no event log")
-	}
-	return s.svc.Events.Subscribe(ctx, p.OrgID, sandboxID)
+	return s.svc.Subscribe(ctx, p.OrgID, sandboxID)
 }
 
 // follow writes the subscription's events until the client goes away

@@ -80,7 +80,7 @@ func newSSEEnvOn(t *testing.T, backend string) *sseEnv {
 	t.Cleanup(func() { st.Close() })
 	e := &sseEnv{st: &countingStore{Store: st}, ctx: ctx, stop: stop}
 	e.ev = events.New(e.st)
-	e.svc = &service.Service{Store: e.st, Events: e.ev, Kick: func() {}, RateLimit: -1}
+	e.svc = service.New(service.Config{Store: e.st, Events: e.ev, Kick: func() {}, RateLimit: -1})
 	if e.key, _, err = e.svc.Bootstrap(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -47,7 +47,7 @@ func newAPIEnv(t *testing.T) *apiEnv {
 		t.Fatalf("put template: %v", err)
 	}
 	ev := events.New(st)
-	svc := &service.Service{Store: st, Events: ev}
+	svc := service.New(service.Config{Store: st, Events: ev})
 	secret, _, err := svc.Bootstrap(ctx)
 	if err != nil {
 		t.Fatalf("bootstrap: %v", err)

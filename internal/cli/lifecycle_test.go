@@ -43,7 +43,7 @@ func newLifecycleEnv(t *testing.T) *lifecycleEnv {
 	tpl := model.Template{Name: "base", Tag: "latest", Digest: testDigest, SizeBytes: 1, CreatedAt: time.Now()}
 	ev := events.New(st)
 	ctrl := controller.New(controller.Config{Store: st, Events: ev, WorkerToken: "wt", Resync: 100 * time.Millisecond})
-	svc := &service.Service{Store: st, Events: ev, Kick: ctrl.Kick}
+	svc := service.New(service.Config{Store: st, Events: ev, Kick: ctrl.Kick})
 	secret, _, err := svc.Bootstrap(ctx)
 	if err != nil {
 		t.Fatalf("bootstrap: %v", err)

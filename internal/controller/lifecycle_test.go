@@ -22,7 +22,7 @@ import (
 var testPrincipal = service.Principal{OrgID: testOrg}
 
 func (e *env) service() *service.Service {
-	return &service.Service{Store: e.st, Events: e.ev, Kick: e.c.Kick, Now: e.clock.Now, OperationDeadline: e.c.OperationDeadline()}
+	return service.New(service.Config{Store: e.st, Events: e.ev, Kick: e.c.Kick, Now: e.clock.Now, OperationDeadline: e.c.OperationDeadline()})
 }
 
 // runningSandbox creates sandbox id and brings it to running on worker w.

@@ -25,7 +25,7 @@ func TestEnsureAdminKeySaysWhenItMints(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	svc := &service.Service{Store: st, Events: events.New(st)}
+	svc := service.New(service.Config{Store: st, Events: events.New(st)})
 	path := filepath.Join(dir, "admin.key")
 	start := func() string {
 		t.Helper()

@@ -143,20 +143,34 @@ func up(ctx context.Context, args []string) error {
 		return fmt.Errorf("open database: %w", err)
 	}
 	defer st.Close()
-	srv, err := newServer(ctx, st, wt, *deadline, log, now)
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	quotas.apply(srv.svc)
 	// Until this process's worker has registered, /healthz says so: a worker
 	// row left by the previous run may look alive but has a stale address.
 	var workerUp atomic.Bool
-	srv.svc.Ready = func(ctx context.Context) error {
-		if !workerUp.Load() {
-			return model.Errorf(model.ErrUnavailable, "the local worker is starting")
+	var workerHTTP *http.Client
+	if tlsCfg != nil {
+		// The worker and the server's data-plane calls reach this very
+		// process: they accept exactly its certificate, whatever names it
+		// carries.
+		workerHTTP = pinnedClient(tlsCfg)
+	}
+	srv, err := newServer(ctx, st, wt, *deadline, log, now, quotas.apply, func(c *service.Config) {
+		ready := c.Ready // the controller's
+		c.Ready = func(ctx context.Context) error {
+			if !workerUp.Load() {
+				return model.Errorf(model.ErrUnavailable, "the local worker is starting")
+			}
+			return ready(ctx)
 		}
-		return srv.ctrl.Ready(ctx)
+		if workerHTTP != nil {
+			svcClient := *workerHTTP
+			svcClient.Timeout = 30 * time.Second // as the service's default client
+			// Archive transfers use the same transport without the timeout.
+			c.DataPlane = &workerapi.DataPlane{HTTP: &svcClient}
+		}
+	})
+	if err != nil {
+		ln.Close()
+		return err
 	}
 	url := scheme + "://" + ln.Addr().String()
 	errc := make(chan error, 2)
@@ -178,16 +192,7 @@ func up(ctx context.Context, args []string) error {
 		id: workerID, log: log, progress: progress, qemu: *withQEMU, templateImages: runtimeSet(*images),
 		tls: tlsCfg,
 	}
-	if tlsCfg != nil {
-		// The worker and the server's data-plane calls reach this very
-		// process: they accept exactly its certificate, whatever names it
-		// carries.
-		wo.httpClient = pinnedClient(tlsCfg)
-		svcClient := *wo.httpClient
-		svcClient.Timeout = 30 * time.Second // as the service's default client
-		// Archive transfers use the same transport without the timeout.
-		srv.svc.DataPlane = &workerapi.DataPlane{HTTP: &svcClient}
-	}
+	wo.httpClient = workerHTTP
 	w, err := newWorker(ctx, wo)
 	if err != nil {
 		return err
@@ -260,11 +265,10 @@ func serverCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	defer st.Close()
-	srv, err := newServer(ctx, st, *workerToken, *deadline, log, now)
+	srv, err := newServer(ctx, st, *workerToken, *deadline, log, now, quotas.apply)
 	if err != nil {
 		return err
 	}
-	quotas.apply(srv.svc)
 	if err := ensureAdminKey(ctx, srv.svc, *dataDir, progressWriter{}); err != nil {
 		return err
 	}
@@ -366,6 +370,7 @@ func openStore(ctx context.Context, db, dataDir string, now func() time.Time) (s
 
 type server struct {
 	svc   *service.Service
+	cfg   service.Config // what svc was made of
 	ctrl  *controller.Controller
 	e2b   *e2bcompat.Adapter
 	h     http.Handler
@@ -373,7 +378,10 @@ type server struct {
 	local atomic.Pointer[localWorker]
 }
 
-func newServer(ctx context.Context, st store.Store, workerToken string, deadline time.Duration, log *slog.Logger, now func() time.Time) (*server, error) {
+// newServer builds the server's parts over st; tune, if set, adjusts the
+// service's configuration before the service is made (quotas, readiness,
+// the data-plane client).
+func newServer(ctx context.Context, st store.Store, workerToken string, deadline time.Duration, log *slog.Logger, now func() time.Time, tune ...func(*service.Config)) (*server, error) {
 	ev := events.New(st)
 	ev.Now = now
 	go ev.Listen(ctx) // other servers' appends wake this one's long polls, streams and controller
@@ -381,12 +389,16 @@ func newServer(ctx context.Context, st store.Store, workerToken string, deadline
 		Store: st, Events: ev, Logger: log.With("component", "controller"),
 		WorkerToken: workerToken, OperationDeadline: deadline, Now: now,
 	})
-	svc := &service.Service{
+	cfg := service.Config{
 		Store: st, Events: ev, Kick: ctrl.Kick, SigningKey: ctrl.CurrentSigningKey, Ready: ctrl.Ready,
 		Placer: ctrl.Placer(), // imports place as the controller does
 		Logger: log.With("component", "api"), OperationDeadline: deadline, Now: now,
 	}
-	srv := &server{svc: svc, ctrl: ctrl, log: log}
+	for _, t := range tune {
+		t(&cfg)
+	}
+	svc := service.New(cfg)
+	srv := &server{svc: svc, cfg: cfg, ctrl: ctrl, log: log}
 	srv.e2b = e2bcompat.New(svc, e2bcompat.Options{
 		// envd access tokens live as long as their sandbox and never leave
 		// the servers: signed with the installation's first key, which

@@ -23,7 +23,7 @@ func TestServerSharesPlacer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if srv.svc.Placer == nil || srv.svc.Placer != srv.ctrl.Placer() {
-		t.Fatalf("service placer %v, controller placer %v; want the same one", srv.svc.Placer, srv.ctrl.Placer())
+	if srv.cfg.Placer == nil || srv.cfg.Placer != srv.ctrl.Placer() {
+		t.Fatalf("service placer %v, controller placer %v; want the same one", srv.cfg.Placer, srv.ctrl.Placer())
 	}
 }

@@ -22,7 +22,7 @@ func addQuotaFlags(fs *flag.FlagSet) *quotaFlags {
 	}
 }
 
-// apply sets the limits on svc before it serves.
-func (q *quotaFlags) apply(svc *service.Service) {
-	svc.MaxDiskMiB, svc.CreateRate, svc.CreateBurst = *q.maxDisk, *q.createRate, *q.createBurst
+// apply sets the limits in the service configuration c.
+func (q *quotaFlags) apply(c *service.Config) {
+	c.MaxDiskMiB, c.CreateRate, c.CreateBurst = *q.maxDisk, *q.createRate, *q.createBurst
 }

@@ -65,7 +65,7 @@ type Options struct {
 	// Logger receives internal errors (nil: slog.Default()).
 	Logger *slog.Logger
 	// SigningKey returns the data-plane HMAC key envd access tokens are
-	// signed with (nil: service.StoreSigningKey(svc.Store)).
+	// signed with (nil: svc.InstallationKey).
 	SigningKey func(ctx context.Context) ([]byte, error)
 	// CreateWait bounds how long create and connect wait for the sandbox to
 	// run (0: 5 minutes).
@@ -121,7 +121,7 @@ func newServer(svc *service.Service, o Options) *server {
 		s.log = slog.Default()
 	}
 	if s.key == nil {
-		s.key = service.StoreSigningKey(svc.Store)
+		s.key = svc.InstallationKey
 	}
 	if s.createWait <= 0 {
 		s.createWait = 5 * time.Minute

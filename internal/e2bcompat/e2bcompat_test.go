@@ -38,6 +38,7 @@ type env struct {
 	t       *testing.T
 	ctx     context.Context
 	st      *sqlite.Store
+	ev      *events.Log
 	svc     *service.Service
 	a       *Adapter
 	srv     *httptest.Server
@@ -62,7 +63,8 @@ func newEnv(t *testing.T) *env {
 		t.Fatalf("put template: %v", err)
 	}
 	e := &env{t: t, ctx: ctx, st: st, clock: time.Now().UTC()}
-	e.svc = &service.Service{Store: st, Events: events.New(st), Now: e.now}
+	e.ev = events.New(st)
+	e.svc = service.New(service.Config{Store: st, Events: e.ev, Now: e.now})
 	if _, _, err := e.svc.Bootstrap(ctx); err != nil {
 		t.Fatalf("bootstrap: %v", err)
 	}
@@ -138,8 +140,8 @@ func (e *env) complete(ctx context.Context) {
 					_, err := tx.UpdateOperation(ctx, op)
 					return err
 				}); err == nil {
-					e.svc.Events.Sandbox(ctx, sb)
-					e.svc.Events.Operation(ctx, op)
+					e.ev.Sandbox(ctx, sb)
+					e.ev.Operation(ctx, op)
 				}
 			}
 		}
@@ -362,7 +364,7 @@ func TestPagination(t *testing.T) {
 // (its expiry rule), on e's store and clock.
 func (e *env) expire() {
 	e.t.Helper()
-	c := controller.New(controller.Config{Store: e.st, Events: e.svc.Events, Now: e.now})
+	c := controller.New(controller.Config{Store: e.st, Events: e.ev, Now: e.now})
 	if err := c.ReconcileAll(e.ctx); err != nil {
 		e.t.Fatalf("controller round: %v", err)
 	}

@@ -52,12 +52,12 @@ func TestTwoServersSSE(t *testing.T) {
 			evA, evB := events.New(stA), events.New(stB)
 			go evA.Listen(ctx)
 			go evB.Listen(ctx)
-			svcA := &service.Service{Store: stA, Events: evA, Kick: func() {}, RateLimit: -1}
+			svcA := service.New(service.Config{Store: stA, Events: evA, Kick: func() {}, RateLimit: -1})
 			key, _, err := svcA.Bootstrap(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
-			svcB := &service.Service{Store: stB, Events: evB, Kick: func() {}, RateLimit: -1}
+			svcB := service.New(service.Config{Store: stB, Events: evB, Kick: func() {}, RateLimit: -1})
 			srvB := httptest.NewServer(api.New(svcB, api.Options{KeepAlive: time.Hour}))
 			defer srvB.Close()
 			defer cancel() // end the stream before the server closes

@@ -89,7 +89,7 @@ func (s *Service) Authenticate(ctx context.Context, bearer string) (Principal, e
 	if !wellFormedKey(bearer) {
 		return Principal{}, model.Errorf(model.ErrUnauthorized, "invalid API key")
 	}
-	k, err := s.Store.GetAPIKeyByHash(ctx, HashKey(bearer))
+	k, err := s.st.GetAPIKeyByHash(ctx, HashKey(bearer))
 	if errors.Is(err, model.ErrNotFound) {
 		return Principal{}, model.Errorf(model.ErrUnauthorized, "invalid API key")
 	}
@@ -110,20 +110,20 @@ func (s *Service) Authenticate(ctx context.Context, bearer string) (Principal, e
 // created=true. Later calls return created=false and no secret (the server
 // keeps only hashes).
 func (s *Service) Bootstrap(ctx context.Context) (adminSecret string, created bool, err error) {
-	if _, err := s.Store.GetOrg(ctx, DefaultOrgID); errors.Is(err, model.ErrNotFound) {
-		err := s.Store.CreateOrg(ctx, model.Org{ID: DefaultOrgID, Name: DefaultOrgName, CreatedAt: s.now()})
+	if _, err := s.st.GetOrg(ctx, DefaultOrgID); errors.Is(err, model.ErrNotFound) {
+		err := s.st.CreateOrg(ctx, model.Org{ID: DefaultOrgID, Name: DefaultOrgName, CreatedAt: s.now()})
 		if err != nil && !errors.Is(err, model.ErrConflict) {
 			return "", false, fmt.Errorf("bootstrap: create default org: %w", err)
 		}
 	} else if err != nil {
 		return "", false, fmt.Errorf("bootstrap: get default org: %w", err)
 	}
-	if err := EnsurePoolOrg(ctx, s.Store, s.now()); err != nil {
+	if err := EnsurePoolOrg(ctx, s.st, s.now()); err != nil {
 		return "", false, fmt.Errorf("bootstrap: %w", err)
 	}
 	secret := newSecret()
 	hash := HashKey(secret)
-	stored, err := s.Store.PutSettingIfAbsent(ctx, settingBootstrapKey, hash)
+	stored, err := s.st.PutSettingIfAbsent(ctx, settingBootstrapKey, hash)
 	if err != nil {
 		return "", false, fmt.Errorf("bootstrap: record admin key: %w", err)
 	}
@@ -131,7 +131,7 @@ func (s *Service) Bootstrap(ctx context.Context) (adminSecret string, created bo
 		// Already bootstrapped. If the recorded key is missing (an earlier
 		// bootstrap stopped between the two writes), say so; callers mint
 		// a fresh admin key with CreateKey if they need one.
-		if _, err := s.Store.GetAPIKeyByHash(ctx, stored); errors.Is(err, model.ErrNotFound) {
+		if _, err := s.st.GetAPIKeyByHash(ctx, stored); errors.Is(err, model.ErrNotFound) {
 			s.logger().Warn("bootstrap: the recorded admin key does not exist; create one with an operator principal", "setting", settingBootstrapKey)
 		} else if err != nil {
 			return "", false, fmt.Errorf("bootstrap: check admin key: %w", err)
@@ -142,7 +142,7 @@ func (s *Service) Bootstrap(ctx context.Context) (adminSecret string, created bo
 		ID: model.NewID("key"), OrgID: DefaultOrgID, Name: "admin", Prefix: secret[:len(keyPrefix)+8],
 		Hash: hash, Admin: true, CreatedAt: s.now(),
 	}
-	if err := s.Store.CreateAPIKey(ctx, key); err != nil {
+	if err := s.st.CreateAPIKey(ctx, key); err != nil {
 		return "", false, fmt.Errorf("bootstrap: create admin key: %w", err)
 	}
 	return secret, true, nil
@@ -159,7 +159,7 @@ func (s *Service) CreateOrg(ctx context.Context, p Principal, name string) (mode
 		return model.Org{}, model.Errorf(model.ErrUnprocessable, "org name must be 1 to 128 characters")
 	}
 	org := model.Org{ID: model.NewID("org"), Name: name, CreatedAt: s.now()}
-	if err := s.Store.CreateOrg(ctx, org); err != nil {
+	if err := s.st.CreateOrg(ctx, org); err != nil {
 		return model.Org{}, fmt.Errorf("create org: %w", err)
 	}
 	return org, nil
@@ -172,13 +172,13 @@ func (s *Service) ListOrgs(ctx context.Context, p Principal) ([]model.Org, error
 		return nil, model.Errorf(model.ErrForbidden, "listing orgs needs an admin key")
 	}
 	if !p.Operator() {
-		org, err := s.Store.GetOrg(ctx, p.OrgID)
+		org, err := s.st.GetOrg(ctx, p.OrgID)
 		if err != nil {
 			return nil, fmt.Errorf("get org %s: %w", p.OrgID, err)
 		}
 		return []model.Org{org}, nil
 	}
-	orgs, err := s.Store.ListOrgs(ctx)
+	orgs, err := s.st.ListOrgs(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list orgs: %w", err)
 	}
@@ -227,7 +227,7 @@ func (s *Service) CreateKeyWith(ctx context.Context, p Principal, orgID string, 
 	if err != nil {
 		return model.APIKey{}, "", err
 	}
-	if _, err := s.Store.GetOrg(ctx, orgID); errors.Is(err, model.ErrNotFound) {
+	if _, err := s.st.GetOrg(ctx, orgID); errors.Is(err, model.ErrNotFound) {
 		return model.APIKey{}, "", model.Errorf(model.ErrNotFound, "org %s not found", orgID)
 	} else if err != nil {
 		return model.APIKey{}, "", fmt.Errorf("get org %s: %w", orgID, err)
@@ -241,22 +241,22 @@ func (s *Service) CreateKeyWith(ctx context.Context, p Principal, orgID string, 
 		ID: model.NewID("key"), OrgID: orgID, Name: name, Prefix: secret[:len(prefix)+8],
 		Hash: HashKey(secret), Admin: admin, CreatedAt: s.now(), ExpiresAt: exp,
 	}
-	if err := s.Store.CreateAPIKey(ctx, key); err != nil {
+	if err := s.st.CreateAPIKey(ctx, key); err != nil {
 		return model.APIKey{}, "", fmt.Errorf("create key: %w", err)
 	}
 	return key, secret, nil
 }
 
 func (s *Service) rate() float64 {
-	if s.RateLimit != 0 {
-		return s.RateLimit
+	if s.cfg.RateLimit != 0 {
+		return s.cfg.RateLimit
 	}
 	return DefaultRateLimit
 }
 
 func (s *Service) burst() float64 {
-	if s.RateBurst > 0 {
-		return float64(s.RateBurst)
+	if s.cfg.RateBurst > 0 {
+		return float64(s.cfg.RateBurst)
 	}
 	return DefaultRateBurst
 }

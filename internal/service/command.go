@@ -68,7 +68,7 @@ func (s *Service) workerOf(ctx context.Context, sb model.Sandbox) (model.Worker,
 	if sb.WorkerID == "" {
 		return model.Worker{}, model.Errorf(model.ErrConflict, "sandbox %s is not placed on a worker yet; retry when it is running", sb.ID)
 	}
-	w, err := s.Store.GetWorker(ctx, sb.WorkerID)
+	w, err := s.st.GetWorker(ctx, sb.WorkerID)
 	if errors.Is(err, model.ErrNotFound) {
 		return model.Worker{}, model.Errorf(model.ErrUnavailable, "worker %s of sandbox %s is not registered; retry shortly", sb.WorkerID, sb.ID)
 	}
@@ -227,7 +227,7 @@ func (s *Service) sign(ctx context.Context, c token.Claims) (string, error) {
 }
 
 func (s *Service) touch(ctx context.Context, id string) {
-	if err := s.Store.TouchSandbox(ctx, id, s.now()); err != nil {
+	if err := s.st.TouchSandbox(ctx, id, s.now()); err != nil {
 		s.logger().Warn("touch sandbox", "sandbox", id, "err", err)
 	}
 }

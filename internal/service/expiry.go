@@ -34,7 +34,7 @@ func (s *Service) SetSandboxTimeout(ctx context.Context, p Principal, id string,
 		}
 		sb.ExpiresAt = &exp
 		sb.TimeoutS = int((d + time.Second - 1) / time.Second)
-		updated, err := s.Store.UpdateSandbox(ctx, sb)
+		updated, err := s.st.UpdateSandbox(ctx, sb)
 		if errors.Is(err, model.ErrConflict) {
 			continue
 		}

@@ -21,7 +21,7 @@ func TestErrorsNameNoTransport(t *testing.T) {
 	}
 	p := service.Principal{OrgID: service.DefaultOrgID, Admin: true}
 	now := time.Now().UTC()
-	if err := s.Store.PutTemplate(ctx, model.Template{Name: "base", Tag: "latest", Digest: "sha256:" + strings.Repeat("a", 64), CreatedAt: now}); err != nil {
+	if err := s.TestStore().PutTemplate(ctx, model.Template{Name: "base", Tag: "latest", Digest: "sha256:" + strings.Repeat("a", 64), CreatedAt: now}); err != nil {
 		t.Fatal(err)
 	}
 	sb, _, err := s.CreateSandbox(ctx, p, service.CreateParams{}, "")

@@ -62,12 +62,12 @@ func (s *Service) ListKeys(ctx context.Context, p Principal, orgID string) ([]mo
 	if err := keyAdmin(p, orgID, "listing"); err != nil {
 		return nil, err
 	}
-	if _, err := s.Store.GetOrg(ctx, orgID); errors.Is(err, model.ErrNotFound) {
+	if _, err := s.st.GetOrg(ctx, orgID); errors.Is(err, model.ErrNotFound) {
 		return nil, model.Errorf(model.ErrNotFound, "org %s not found", orgID)
 	} else if err != nil {
 		return nil, fmt.Errorf("get org %s: %w", orgID, err)
 	}
-	keys, err := s.Store.ListAPIKeys(ctx, orgID)
+	keys, err := s.st.ListAPIKeys(ctx, orgID)
 	if err != nil {
 		return nil, fmt.Errorf("list keys of %s: %w", orgID, err)
 	}
@@ -83,7 +83,7 @@ func (s *Service) RevokeKey(ctx context.Context, p Principal, orgID, keyID strin
 		return model.APIKey{}, err
 	}
 	if orgID == DefaultOrgID && keyID == p.KeyID {
-		keys, err := s.Store.ListAPIKeys(ctx, orgID)
+		keys, err := s.st.ListAPIKeys(ctx, orgID)
 		if err != nil {
 			return model.APIKey{}, fmt.Errorf("list keys of %s: %w", orgID, err)
 		}
@@ -99,7 +99,7 @@ func (s *Service) RevokeKey(ctx context.Context, p Principal, orgID, keyID strin
 				Hint{Kind: HintCreateAdminKey, OrgID: orgID})
 		}
 	}
-	k, err := s.Store.RevokeAPIKey(ctx, orgID, keyID, s.now())
+	k, err := s.st.RevokeAPIKey(ctx, orgID, keyID, s.now())
 	if errors.Is(err, model.ErrNotFound) {
 		return model.APIKey{}, model.Errorf(model.ErrNotFound, "org %s has no key %s", orgID, keyID)
 	}

@@ -64,7 +64,7 @@ func (s *Service) requestLifecycle(ctx context.Context, req LifecycleRequest) (m
 	if req.Kind == model.OpWake && req.Guard == nil {
 		req.Guard = s.wakeGuard(ctx)
 	}
-	op, started, err := StartLifecycle(ctx, s.Store, s.Events, req)
+	op, started, err := StartLifecycle(ctx, s.st, s.ev, req)
 	if err != nil {
 		return model.Operation{}, err
 	}
@@ -82,7 +82,7 @@ func (s *Service) autoWake(ctx context.Context, sb model.Sandbox, what string) e
 		return withHint(model.Errorf(model.ErrConflict, "sandbox %s is %s and was created with auto_wake=false; wake it first, then retry the %s",
 			sb.ID, sb.State, what), Hint{Kind: HintWake, SandboxID: sb.ID})
 	}
-	_, started, err := StartLifecycle(ctx, s.Store, s.Events, LifecycleRequest{
+	_, started, err := StartLifecycle(ctx, s.st, s.ev, LifecycleRequest{
 		SandboxID: sb.ID, Kind: model.OpWake, Join: true, Now: s.now(), Deadline: s.deadline(),
 		Reason: "auto-wake for " + what, Guard: s.wakeGuard(ctx),
 	})
@@ -372,7 +372,7 @@ func (s *Service) idleSuspend(ctx context.Context, orgID string, req *int64) (in
 		}
 		return *req, nil
 	}
-	org, err := s.Store.GetOrg(ctx, orgID)
+	org, err := s.st.GetOrg(ctx, orgID)
 	if err != nil && !errors.Is(err, model.ErrNotFound) {
 		return 0, fmt.Errorf("get org %s: %w", orgID, err)
 	}
@@ -390,7 +390,7 @@ func (s *Service) GetOrg(ctx context.Context, p Principal, id string) (model.Org
 	if p.OrgID != id && !p.Operator() {
 		return model.Org{}, model.Errorf(model.ErrNotFound, "org %s not found", id)
 	}
-	org, err := s.Store.GetOrg(ctx, id)
+	org, err := s.st.GetOrg(ctx, id)
 	if errors.Is(err, model.ErrNotFound) {
 		return model.Org{}, model.Errorf(model.ErrNotFound, "org %s not found", id)
 	}
@@ -451,7 +451,7 @@ func (s *Service) UpdateOrg(ctx context.Context, p Principal, id string, req Org
 		}
 		org.Quotas = q
 	}
-	if err := s.Store.UpdateOrg(ctx, org); err != nil {
+	if err := s.st.UpdateOrg(ctx, org); err != nil {
 		return model.Org{}, fmt.Errorf("update org %s: %w", id, err)
 	}
 	return org, nil

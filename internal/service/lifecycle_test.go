@@ -46,7 +46,7 @@ func TestLifecycleRaceBothStores(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			st := open(t)
 			ctx := t.Context()
-			svc := &service.Service{Store: st, Events: events.New(st)}
+			svc := service.New(service.Config{Store: st, Events: events.New(st)})
 			if err := st.CreateOrg(ctx, model.Org{ID: "org-a", Name: "a", CreatedAt: time.Now()}); err != nil {
 				t.Fatal(err)
 			}

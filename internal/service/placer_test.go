@@ -58,7 +58,7 @@ func TestImportPlacesThroughPlacer(t *testing.T) {
 		id  string
 		mem int
 	}{{"w-big", 65536}, {"w-small", 1024}} {
-		if err := s.Store.UpsertWorker(t.Context(), model.Worker{
+		if err := s.TestStore().UpsertWorker(t.Context(), model.Worker{
 			ID: w.id, DataPlaneURL: worker(w.id).URL, Runtimes: model.NamedRuntimes("gvisor"), Templates: []string{tplDigest},
 			CapacityMiB: w.mem, CapacityVCPUs: 4, LastHeartbeat: now, CreatedAt: now,
 		}); err != nil {
@@ -73,7 +73,7 @@ func TestImportPlacesThroughPlacer(t *testing.T) {
 		t.Fatalf("import with the default placer: %+v, %v; want it on w-big", sb.Source, err)
 	}
 	p := &namedPlacer{id: "w-small"}
-	s.Placer = p
+	s = s.TestWith(func(c *service.Config) { c.Placer = p })
 	sb, _, err = s.ImportSandbox(t.Context(), operator, service.CreateParams{}, archive(), "")
 	if err != nil {
 		t.Fatalf("import with a custom placer: %v", err)

@@ -100,7 +100,7 @@ func (s *Service) SetPool(ctx context.Context, p Principal, template string, req
 	}
 	now := s.now()
 	pool := model.Pool{Template: ref, Digest: tpl.Digest, Size: req.Size, Resources: res, CreatedAt: now, UpdatedAt: now}
-	if err := s.Store.PutPool(ctx, pool); err != nil {
+	if err := s.st.PutPool(ctx, pool); err != nil {
 		return PoolStatus{}, fmt.Errorf("store pool %s: %w", ref, err)
 	}
 	s.kick()
@@ -121,11 +121,11 @@ func (s *Service) ListPools(ctx context.Context, p Principal) ([]PoolStatus, err
 	if err := s.requireOperator(p, "listing warm pools"); err != nil {
 		return nil, err
 	}
-	pools, err := s.Store.ListPools(ctx)
+	pools, err := s.st.ListPools(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list pools: %w", err)
 	}
-	members, err := PoolMembers(ctx, s.Store)
+	members, err := PoolMembers(ctx, s.st)
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +157,7 @@ func (s *Service) DeletePool(ctx context.Context, p Principal, template string) 
 	if err != nil {
 		return err
 	}
-	if err := s.Store.DeletePool(ctx, tpl.Digest); errors.Is(err, model.ErrNotFound) {
+	if err := s.st.DeletePool(ctx, tpl.Digest); errors.Is(err, model.ErrNotFound) {
 		return model.Errorf(model.ErrNotFound, "no warm pool for template %s", ref)
 	} else if err != nil {
 		return fmt.Errorf("delete pool %s: %w", ref, err)
@@ -189,7 +189,7 @@ func (s *Service) claim(ctx context.Context, want model.Sandbox, idempotencyKey 
 	if want.Runtime != DefaultRuntime {
 		return model.Sandbox{}, model.Operation{}, false, nil
 	}
-	pools, err := s.Store.ListPools(ctx)
+	pools, err := s.st.ListPools(ctx)
 	if err != nil {
 		return model.Sandbox{}, model.Operation{}, false, fmt.Errorf("list pools: %w", err)
 	}
@@ -202,7 +202,7 @@ func (s *Service) claim(ctx context.Context, want model.Sandbox, idempotencyKey 
 	if !matched {
 		return model.Sandbox{}, model.Operation{}, false, nil
 	}
-	members, err := PoolMembers(ctx, s.Store)
+	members, err := PoolMembers(ctx, s.st)
 	if err != nil {
 		return model.Sandbox{}, model.Operation{}, false, err
 	}
@@ -221,7 +221,7 @@ func (s *Service) claim(ctx context.Context, want model.Sandbox, idempotencyKey 
 			ID: model.NewID("op"), OrgID: want.OrgID, SandboxID: m.ID, Kind: model.OpCreate, State: model.OpSucceeded,
 			Target: model.StateRunning, CreatedAt: now, UpdatedAt: now, Deadline: now.Add(s.deadline()),
 		}
-		got, gotOp, existed, err := s.Store.ClaimSandbox(ctx, sb, op, idempotencyKey)
+		got, gotOp, existed, err := s.st.ClaimSandbox(ctx, sb, op, idempotencyKey)
 		if errors.Is(err, model.ErrConflict) {
 			continue // claimed or changed by someone else: try the next
 		}

@@ -32,8 +32,8 @@ const MaxEnvBytes = 256 << 10
 
 // maxDisk is the operator's disk_mib ceiling.
 func (s *Service) maxDisk() int {
-	if s.MaxDiskMiB > 0 {
-		return s.MaxDiskMiB
+	if s.cfg.MaxDiskMiB > 0 {
+		return s.cfg.MaxDiskMiB
 	}
 	return DefaultMaxDiskMiB
 }
@@ -75,7 +75,7 @@ func holdsCapacity(sb model.Sandbox) bool {
 
 // OrgUsage sums what an org's sandboxes hold, in the units of its quotas.
 func (s *Service) OrgUsage(ctx context.Context, orgID string) (Usage, error) {
-	sbs, err := store.ListAllSandboxes(ctx, s.Store, store.SandboxFilter{OrgID: orgID})
+	sbs, err := store.ListAllSandboxes(ctx, s.st, store.SandboxFilter{OrgID: orgID})
 	if err != nil {
 		return Usage{}, fmt.Errorf("usage of org %s: %w", orgID, err)
 	}
@@ -108,7 +108,7 @@ func quotaError(orgID, quota string, limit, used, more int, unit string) error {
 // requests of one org cannot both take the last unit (on one server;
 // replicas check independently).
 func (s *Service) admit(ctx context.Context, orgID string, res model.Resources, n int) error {
-	org, err := s.Store.GetOrg(ctx, orgID)
+	org, err := s.st.GetOrg(ctx, orgID)
 	if errors.Is(err, model.ErrNotFound) {
 		return nil
 	}
@@ -184,7 +184,7 @@ func (s *Service) wakeGuard(ctx context.Context) func(model.Sandbox) error {
 // sandbox that opted out of auto-wake) with the quota's message, so that it
 // reaches the data-plane client as is.
 func WakeQuotaGuard(ctx context.Context, st store.Store) func(model.Sandbox) error {
-	guard := (&Service{Store: st}).wakeGuard(ctx)
+	guard := New(Config{Store: st}).wakeGuard(ctx)
 	return func(cur model.Sandbox) error {
 		err := guard(cur)
 		if errors.Is(err, model.ErrQuotaExceeded) {
@@ -196,7 +196,7 @@ func WakeQuotaGuard(ctx context.Context, st store.Store) func(model.Sandbox) err
 
 // admitCheckpoint checks that the org may store one more checkpoint.
 func (s *Service) admitCheckpoint(ctx context.Context, orgID string) error {
-	org, err := s.Store.GetOrg(ctx, orgID)
+	org, err := s.st.GetOrg(ctx, orgID)
 	if err != nil || org.Quotas.Checkpoints == 0 {
 		return nil
 	}
@@ -214,7 +214,7 @@ func (s *Service) admitCheckpoint(ctx context.Context, orgID string) error {
 // transfers quota; the caller calls done when the bytes have moved.
 func (s *Service) startTransfer(ctx context.Context, orgID string) (done func(), err error) {
 	limit := 0
-	if org, err := s.Store.GetOrg(ctx, orgID); err == nil {
+	if org, err := s.st.GetOrg(ctx, orgID); err == nil {
 		limit = org.Quotas.Transfers
 	}
 	if !s.transfers.acquire(orgID, limit) {
@@ -283,7 +283,7 @@ func (e *createRateError) Unwrap() error { return e.limit }
 
 // allowCreate charges one create request to the org's token bucket.
 func (s *Service) allowCreate(orgID string) error {
-	rate, burst := s.CreateRate, s.CreateBurst
+	rate, burst := s.cfg.CreateRate, s.cfg.CreateBurst
 	if rate == 0 {
 		rate = DefaultCreateRate
 	}

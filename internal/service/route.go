@@ -12,7 +12,7 @@ import (
 // an API key, so it cannot go through GetSandbox. A missing sandbox wraps
 // model.ErrNotFound.
 func (s *Service) Route(ctx context.Context, id string) (model.Sandbox, error) {
-	sb, err := s.Store.GetSandbox(ctx, id)
+	sb, err := s.st.GetSandbox(ctx, id)
 	if err != nil {
 		return model.Sandbox{}, fmt.Errorf("route sandbox %s: %w", id, err)
 	}
@@ -22,7 +22,7 @@ func (s *Service) Route(ctx context.Context, id string) (model.Sandbox, error) {
 // DataPlaneURL returns the base URL of worker id's data plane ("" if the
 // worker registered none).
 func (s *Service) DataPlaneURL(ctx context.Context, id string) (string, error) {
-	w, err := s.Store.GetWorker(ctx, id)
+	w, err := s.st.GetWorker(ctx, id)
 	if err != nil {
 		return "", err // the store's words: "worker … not found"
 	}

@@ -46,7 +46,7 @@ func TestImportFollowsRuntimeInfo(t *testing.T) {
 	w := model.Worker{ID: "w-fake", DataPlaneURL: "http://127.0.0.1:1", InternalURL: "http://127.0.0.1:1",
 		Runtimes: []model.RuntimeInfo{{Name: "gvisor", Caps: all}, {Name: "fake", Caps: all}}, Templates: []string{tplDigest},
 		CapacityMiB: 1 << 20, CapacityVCPUs: 1 << 10, LastHeartbeat: time.Now(), CreatedAt: time.Now()}
-	if err := s.Store.UpsertWorker(ctx, w); err != nil {
+	if err := s.TestStore().UpsertWorker(ctx, w); err != nil {
 		t.Fatal(err)
 	}
 	err := imp("fake")
@@ -59,7 +59,7 @@ func TestImportFollowsRuntimeInfo(t *testing.T) {
 	}
 
 	w.Runtimes = []model.RuntimeInfo{{Name: "gvisor", Caps: all}, {Name: "fake", Caps: model.RuntimeCaps{Pause: true, Snapshot: true}}}
-	if err := s.Store.UpsertWorker(ctx, w); err != nil {
+	if err := s.TestStore().UpsertWorker(ctx, w); err != nil {
 		t.Fatal(err)
 	}
 	if err := imp("fake"); !refused(err) {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlock/airlock/internal/events"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/store"
 )
@@ -80,7 +81,7 @@ func (s *Service) CreateSandbox(ctx context.Context, p Principal, req CreatePara
 	} else if ok {
 		return csb, cop, nil
 	}
-	sb, op, existed, err := s.Store.CreateSandbox(ctx, sb, op, idempotencyKey)
+	sb, op, existed, err := s.st.CreateSandbox(ctx, sb, op, idempotencyKey)
 	if err != nil {
 		return model.Sandbox{}, model.Operation{}, fmt.Errorf("create sandbox: %w", err)
 	}
@@ -99,7 +100,7 @@ func (s *Service) checkRuntime(ctx context.Context, rt string) error {
 	if rt == DefaultRuntime {
 		return nil
 	}
-	ws, err := s.Store.ListWorkers(ctx)
+	ws, err := s.st.ListWorkers(ctx)
 	if err != nil {
 		return fmt.Errorf("list workers: %w", err)
 	}
@@ -120,10 +121,10 @@ func (s *Service) checkRuntime(ctx context.Context, rt string) error {
 // current returns the stored state of an idempotent request's pair (the
 // given values if a read fails).
 func (s *Service) current(ctx context.Context, sb model.Sandbox, op model.Operation) (model.Sandbox, model.Operation) {
-	if cur, err := s.Store.GetSandbox(ctx, sb.ID); err == nil {
+	if cur, err := s.st.GetSandbox(ctx, sb.ID); err == nil {
 		sb = cur
 	}
-	if cur, err := s.Store.GetOperation(ctx, op.ID); err == nil {
+	if cur, err := s.st.GetOperation(ctx, op.ID); err == nil {
 		op = cur
 	}
 	return sb, op
@@ -133,16 +134,16 @@ func (s *Service) current(ctx context.Context, sb model.Sandbox, op model.Operat
 // is logged, not returned: the write happened, and failing the request
 // would make clients retry it.
 func (s *Service) publish(ctx context.Context, sb *model.Sandbox, op *model.Operation) {
-	if s.Events == nil {
+	if s.ev == nil {
 		return
 	}
 	if sb != nil {
-		if err := s.Events.Sandbox(ctx, *sb); err != nil {
+		if err := s.ev.Sandbox(ctx, *sb); err != nil {
 			s.logger().Warn("append sandbox event", "sandbox", sb.ID, "err", err)
 		}
 	}
 	if op != nil {
-		if err := s.Events.Operation(ctx, *op); err != nil {
+		if err := s.ev.Operation(ctx, *op); err != nil {
 			s.logger().Warn("append operation event", "operation", op.ID, "err", err)
 		}
 	}
@@ -163,7 +164,7 @@ func (s *Service) resolveTemplate(ctx context.Context, ref string) (model.Templa
 		if len(hexPart) != digestHexLen || strings.Trim(hexPart, "0123456789abcdef") != "" {
 			return model.Template{}, "", model.Errorf(model.ErrUnprocessable, "template %q is not a valid digest (sha256: and 64 lowercase hex characters)", ref)
 		}
-		t, err = s.Store.GetTemplateByDigest(ctx, ref)
+		t, err = s.st.GetTemplateByDigest(ctx, ref)
 	} else {
 		name, tag, _ := strings.Cut(ref, ":")
 		if tag == "" {
@@ -172,7 +173,7 @@ func (s *Service) resolveTemplate(ctx context.Context, ref string) (model.Templa
 		if name == "" || strings.ContainsAny(name, " /\\@") || strings.Contains(tag, ":") {
 			return model.Template{}, "", model.Errorf(model.ErrUnprocessable, "template %q is not a valid reference; use name, name:tag or sha256:<digest>", ref)
 		}
-		t, err = s.Store.GetTemplate(ctx, name, tag)
+		t, err = s.st.GetTemplate(ctx, name, tag)
 	}
 	if errors.Is(err, model.ErrNotFound) {
 		return model.Template{}, "", withHint(model.Errorf(errTemplateNotFound, "template %q not found", ref), Hint{Kind: HintListTemplates})
@@ -216,7 +217,7 @@ func validateMetadata(md map[string]string) error {
 // GetSandbox returns the caller's sandbox. Another org's sandbox is
 // reported as not found, so that ids reveal nothing across orgs.
 func (s *Service) GetSandbox(ctx context.Context, p Principal, id string) (model.Sandbox, error) {
-	sb, err := s.Store.GetSandbox(ctx, id)
+	sb, err := s.st.GetSandbox(ctx, id)
 	if errors.Is(err, model.ErrNotFound) || err == nil && sb.OrgID != p.OrgID {
 		return model.Sandbox{}, model.Errorf(model.ErrNotFound, "sandbox %s not found", id)
 	}
@@ -245,7 +246,7 @@ func (s *Service) ListSandboxes(ctx context.Context, p Principal, f ListParams) 
 			sf.IncludeDeleted = true
 		}
 	}
-	sbs, next, err := s.Store.ListSandboxes(ctx, sf)
+	sbs, next, err := s.st.ListSandboxes(ctx, sf)
 	if errors.Is(err, model.ErrInvalid) {
 		return nil, "", model.Errorf(model.ErrUnprocessable, "cursor %q is invalid; pass next_cursor from the previous page", f.Cursor)
 	}
@@ -270,7 +271,7 @@ func (s *Service) DeleteSandbox(ctx context.Context, p Principal, id string) (mo
 		if sb.State == model.StateDeleted {
 			return model.Operation{}, model.Errorf(model.ErrNotFound, "sandbox %s not found", id)
 		}
-		open, err := s.Store.ListOperations(ctx, store.OperationFilter{SandboxID: id, Open: true})
+		open, err := s.st.ListOperations(ctx, store.OperationFilter{SandboxID: id, Open: true})
 		if err != nil {
 			return model.Operation{}, fmt.Errorf("list operations of %s: %w", id, err)
 		}
@@ -281,7 +282,7 @@ func (s *Service) DeleteSandbox(ctx context.Context, p Principal, id string) (mo
 		}
 		if sb.DesiredState != model.StateDeleted {
 			sb.DesiredState = model.StateDeleted
-			updated, err := s.Store.UpdateSandbox(ctx, sb)
+			updated, err := s.st.UpdateSandbox(ctx, sb)
 			if errors.Is(err, model.ErrConflict) {
 				continue // someone else wrote; re-read and decide again
 			}
@@ -295,7 +296,7 @@ func (s *Service) DeleteSandbox(ctx context.Context, p Principal, id string) (mo
 			ID: model.NewID("op"), OrgID: p.OrgID, SandboxID: id, Kind: model.OpDelete, State: model.OpPending,
 			Target: model.StateDeleted, CreatedAt: now, UpdatedAt: now, Deadline: now.Add(s.deadline()),
 		}
-		if err := s.Store.CreateOperation(ctx, op); err != nil {
+		if err := s.st.CreateOperation(ctx, op); err != nil {
 			return model.Operation{}, fmt.Errorf("create delete operation for %s: %w", id, err)
 		}
 		s.publish(ctx, &sb, &op)
@@ -307,7 +308,7 @@ func (s *Service) DeleteSandbox(ctx context.Context, p Principal, id string) (mo
 
 // GetOperation returns the caller's operation.
 func (s *Service) GetOperation(ctx context.Context, p Principal, id string) (model.Operation, error) {
-	op, err := s.Store.GetOperation(ctx, id)
+	op, err := s.st.GetOperation(ctx, id)
 	if errors.Is(err, model.ErrNotFound) || err == nil && op.OrgID != p.OrgID {
 		return model.Operation{}, model.Errorf(model.ErrNotFound, "operation %s not found", id)
 	}
@@ -325,8 +326,8 @@ func (s *Service) WaitOperation(ctx context.Context, p Principal, id string, d t
 	defer timer.Stop()
 	for {
 		var changed <-chan struct{}
-		if s.Events != nil {
-			changed = s.Events.Changed() // before the read, so no change is missed
+		if s.ev != nil {
+			changed = s.ev.Changed() // before the read, so no change is missed
 		}
 		op, err := s.GetOperation(ctx, p, id)
 		if err != nil || op.State.Done() {
@@ -346,7 +347,7 @@ func (s *Service) WaitOperation(ctx context.Context, p Principal, id string, d t
 // limit; sandboxID (optional) narrows to one sandbox, which must be the
 // caller's.
 func (s *Service) ListEvents(ctx context.Context, p Principal, sandboxID string, after int64, limit int) ([]model.Event, error) {
-	evs, err := s.Store.ListEvents(ctx, p.OrgID, sandboxID, after, limit)
+	evs, err := s.st.ListEvents(ctx, p.OrgID, sandboxID, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list events: %w", err)
 	}
@@ -354,17 +355,26 @@ func (s *Service) ListEvents(ctx context.Context, p Principal, sandboxID string,
 	return evs, nil
 }
 
+// Subscribe follows the events of org orgID (of one sandbox if sandboxID
+// is set) as they are appended; the caller closes the subscription.
+func (s *Service) Subscribe(ctx context.Context, orgID, sandboxID string) (*events.Subscription, error) {
+	if s.ev == nil {
+		return nil, errors.New("the service has no event log")
+	}
+	return s.ev.Subscribe(ctx, orgID, sandboxID)
+}
+
 // EventsChanged returns a channel closed when new events may exist.
 func (s *Service) EventsChanged() <-chan struct{} {
-	if s.Events == nil {
+	if s.ev == nil {
 		return nil
 	}
-	return s.Events.Changed()
+	return s.ev.Changed()
 }
 
 // ListTemplates returns every template.
 func (s *Service) ListTemplates(ctx context.Context, p Principal) ([]model.Template, error) {
-	ts, err := s.Store.ListTemplates(ctx)
+	ts, err := s.st.ListTemplates(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list templates: %w", err)
 	}

@@ -41,10 +41,10 @@ const (
 	DefaultRateBurst = 200
 )
 
-// Service is the set of operations the adapters call. Store and Events are
-// required; every other field has a working default, so a Service literal
-// with just those two is usable. Fields must not change after first use.
-type Service struct {
+// Config is what a Service is made of. Store and Events are required;
+// every other field has a working default, so a Config with just those two
+// is usable.
+type Config struct {
 	Store  store.Store
 	Events *events.Log
 
@@ -84,6 +84,14 @@ type Service struct {
 	// DefaultCreateRate, DefaultCreateBurst; CreateRate < 0 disables it).
 	CreateRate  float64
 	CreateBurst int
+}
+
+// Service is the set of operations the adapters call (New). The adapters
+// reach the store and the event log only through it.
+type Service struct {
+	cfg Config
+	st  store.Store
+	ev  *events.Log
 
 	limiter limiter
 	// Quotas (quota.go).
@@ -93,38 +101,46 @@ type Service struct {
 
 	keyOnce sync.Once
 	keyFn   func(ctx context.Context) ([]byte, error)
+
+	installKeyOnce sync.Once
+	installKey     func(ctx context.Context) ([]byte, error)
+}
+
+// New returns the Service cfg describes.
+func New(cfg Config) *Service {
+	return &Service{cfg: cfg, st: cfg.Store, ev: cfg.Events}
 }
 
 func (s *Service) now() time.Time {
-	if s.Now != nil {
-		return s.Now().UTC()
+	if s.cfg.Now != nil {
+		return s.cfg.Now().UTC()
 	}
 	return time.Now().UTC()
 }
 
 func (s *Service) logger() *slog.Logger {
-	if s.Logger != nil {
-		return s.Logger
+	if s.cfg.Logger != nil {
+		return s.cfg.Logger
 	}
 	return slog.Default()
 }
 
 func (s *Service) kick() {
-	if s.Kick != nil {
-		s.Kick()
+	if s.cfg.Kick != nil {
+		s.cfg.Kick()
 	}
 }
 
 func (s *Service) deadline() time.Duration {
-	if s.OperationDeadline > 0 {
-		return s.OperationDeadline
+	if s.cfg.OperationDeadline > 0 {
+		return s.cfg.OperationDeadline
 	}
 	return model.DefaultOperationDeadline
 }
 
 func (s *Service) runtime() string {
-	if s.DefaultRuntime != "" {
-		return s.DefaultRuntime
+	if s.cfg.DefaultRuntime != "" {
+		return s.cfg.DefaultRuntime
 	}
 	return DefaultRuntime
 }
@@ -143,17 +159,17 @@ type DataPlane interface {
 var defaultDataPlane = &workerapi.DataPlane{}
 
 func (s *Service) dataPlane() DataPlane {
-	if s.DataPlane != nil {
-		return s.DataPlane
+	if s.cfg.DataPlane != nil {
+		return s.cfg.DataPlane
 	}
 	return defaultDataPlane
 }
 
 func (s *Service) signingKey(ctx context.Context) ([]byte, error) {
 	s.keyOnce.Do(func() {
-		s.keyFn = s.SigningKey
+		s.keyFn = s.cfg.SigningKey
 		if s.keyFn == nil {
-			s.keyFn = StoreSigningKey(s.Store)
+			s.keyFn = StoreSigningKey(s.st)
 		}
 	})
 	key, err := s.keyFn(ctx)
@@ -166,10 +182,10 @@ func (s *Service) signingKey(ctx context.Context) ([]byte, error) {
 // CheckReady reports whether the system can run sandboxes: nil, or an error
 // wrapping model.ErrUnavailable that says why.
 func (s *Service) CheckReady(ctx context.Context) error {
-	if s.Ready != nil {
-		return s.Ready(ctx)
+	if s.cfg.Ready != nil {
+		return s.cfg.Ready(ctx)
 	}
-	ws, err := s.Store.ListWorkers(ctx)
+	ws, err := s.st.ListWorkers(ctx)
 	if err != nil {
 		return model.Errorf(model.ErrUnavailable, "list workers: %v", err)
 	}
@@ -177,10 +193,18 @@ func (s *Service) CheckReady(ctx context.Context) error {
 }
 
 func (s *Service) placer() scheduler.Placer {
-	if s.Placer != nil {
-		return s.Placer
+	if s.cfg.Placer != nil {
+		return s.cfg.Placer
 	}
 	return scheduler.Default{}
+}
+
+// InstallationKey returns the installation's first data-plane key
+// (StoreSigningKey over the service's store): the key that never rotates,
+// for tokens that live as long as their sandbox (E2B's envd tokens).
+func (s *Service) InstallationKey(ctx context.Context) ([]byte, error) {
+	s.installKeyOnce.Do(func() { s.installKey = StoreSigningKey(s.st) })
+	return s.installKey(ctx)
 }
 
 // StoreSigningKey returns a SigningKey func that reads the installation's

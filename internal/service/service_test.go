@@ -20,14 +20,15 @@ func newService(t *testing.T) *service.Service {
 		t.Fatalf("open sqlite: %v", err)
 	}
 	t.Cleanup(func() { st.Close() })
-	return &service.Service{Store: st, Events: events.New(st)}
+	return service.New(service.Config{Store: st, Events: events.New(st)})
 }
 
 func TestRateLimitRefills(t *testing.T) {
-	s := newService(t)
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	s.Now = func() time.Time { return now }
-	s.RateLimit, s.RateBurst = 2, 2
+	s := newService(t).TestWith(func(c *service.Config) {
+		c.Now = func() time.Time { return now }
+		c.RateLimit, c.RateBurst = 2, 2
+	})
 	secret, _, err := s.Bootstrap(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +80,7 @@ func TestTemplateReferences(t *testing.T) {
 	d1 := "sha256:" + fill('a')
 	d2 := "sha256:" + fill('b')
 	for _, tpl := range []model.Template{{Name: "base", Tag: "latest", Digest: d1}, {Name: "py", Tag: "3.12", Digest: d2}} {
-		if err := s.Store.PutTemplate(ctx, tpl); err != nil {
+		if err := s.TestStore().PutTemplate(ctx, tpl); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -109,7 +110,7 @@ func TestTemplateReferences(t *testing.T) {
 func TestResourceLimits(t *testing.T) {
 	s := newService(t)
 	ctx := t.Context()
-	if err := s.Store.PutTemplate(ctx, model.Template{Name: "base", Tag: "latest", Digest: "sha256:" + fill('c')}); err != nil {
+	if err := s.TestStore().PutTemplate(ctx, model.Template{Name: "base", Tag: "latest", Digest: "sha256:" + fill('c')}); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := s.Bootstrap(ctx); err != nil {

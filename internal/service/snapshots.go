@@ -47,7 +47,7 @@ var snapshotCaps = model.RuntimeCaps{Snapshot: true, LeaveRunning: true, Fork: t
 // model.LegacyRuntimes gives them (a sandbox whose workers are all gone
 // keeps what its runtime could do).
 func (s *Service) snapshotRuntimes(ctx context.Context) ([]string, error) {
-	ws, err := s.Store.ListWorkers(ctx)
+	ws, err := s.st.ListWorkers(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list workers: %w", err)
 	}
@@ -75,7 +75,7 @@ func (s *Service) snapshotRuntimes(ctx context.Context) ([]string, error) {
 // requireSnapshots returns the 403 that names the gate when org orgID does
 // not have it.
 func (s *Service) requireSnapshots(ctx context.Context, orgID string) error {
-	org, err := s.Store.GetOrg(ctx, orgID)
+	org, err := s.st.GetOrg(ctx, orgID)
 	if err != nil && !errors.Is(err, model.ErrNotFound) {
 		return fmt.Errorf("get org %s: %w", orgID, err)
 	}
@@ -231,7 +231,7 @@ func (s *Service) ForkSandboxes(ctx context.Context, p Principal, req CreatePara
 		if idempotencyKey != "" {
 			key = idempotencyKey + "#" + strconv.Itoa(i)
 		}
-		sb, op, existed, err := s.Store.CreateSandbox(ctx, sb, op, key)
+		sb, op, existed, err := s.st.CreateSandbox(ctx, sb, op, key)
 		if err != nil {
 			return out, fmt.Errorf("create fork %d of %d: %w", i+1, count, err)
 		}
@@ -453,7 +453,7 @@ func (s *Service) ImportSandbox(ctx context.Context, p Principal, req CreatePara
 	if m.TemplateDigest == "" {
 		return model.Sandbox{}, model.Operation{}, model.Errorf(model.ErrUnprocessable, "the archive's manifest does not name the template it was taken on (template_digest); export it again with this version")
 	}
-	tpl, err := s.Store.GetTemplateByDigest(ctx, m.TemplateDigest)
+	tpl, err := s.st.GetTemplateByDigest(ctx, m.TemplateDigest)
 	if errors.Is(err, model.ErrNotFound) {
 		return model.Sandbox{}, model.Operation{}, withHint(model.Errorf(model.ErrUnprocessable, "the archive was taken on template %.80q (%.80q), which this installation does not have", m.Template, m.TemplateDigest), Hint{Kind: HintListTemplates})
 	}
@@ -477,11 +477,11 @@ func (s *Service) ImportSandbox(ctx context.Context, p Principal, req CreatePara
 	if err := s.admit(ctx, p.OrgID, sb.Resources, 1); err != nil {
 		return model.Sandbox{}, model.Operation{}, err
 	}
-	workers, err := s.Store.ListWorkers(ctx)
+	workers, err := s.st.ListWorkers(ctx)
 	if err != nil {
 		return model.Sandbox{}, model.Operation{}, fmt.Errorf("list workers: %w", err)
 	}
-	sbs, err := store.ListAllSandboxes(ctx, s.Store, store.SandboxFilter{})
+	sbs, err := store.ListAllSandboxes(ctx, s.st, store.SandboxFilter{})
 	if err != nil {
 		return model.Sandbox{}, model.Operation{}, fmt.Errorf("list sandboxes: %w", err)
 	}
@@ -506,7 +506,7 @@ func (s *Service) ImportSandbox(ctx context.Context, p Principal, req CreatePara
 	sb.Source = &model.Source{WorkerID: w.ID, SandboxID: sb.ID, Checkpoint: name, SnapshotID: got.ID}
 	sb.Checkpoints = []model.Checkpoint{{Name: name, SnapshotID: got.ID, Bytes: got.Bytes, CreatedAt: s.now()}}
 	op := s.createOp(sb, model.OpCreate)
-	osb, oop, existed, err := s.Store.CreateSandbox(ctx, sb, op, idempotencyKey)
+	osb, oop, existed, err := s.st.CreateSandbox(ctx, sb, op, idempotencyKey)
 	if err != nil || existed {
 		s.dropSnapshots(w, sb)
 	}
@@ -562,7 +562,7 @@ const SettingExportKey = "checkpoint_export_key"
 
 // exportKey returns the installation export key, creating it on first use.
 func (s *Service) exportKey(ctx context.Context) ([]byte, error) {
-	v, err := s.Store.PutSettingIfAbsent(ctx, SettingExportKey, base64.StdEncoding.EncodeToString(newKey()))
+	v, err := s.st.PutSettingIfAbsent(ctx, SettingExportKey, base64.StdEncoding.EncodeToString(newKey()))
 	if err != nil {
 		return nil, fmt.Errorf("store export key setting: %w", err)
 	}
@@ -575,7 +575,7 @@ func (s *Service) exportKey(ctx context.Context) ([]byte, error) {
 
 // orgHas reports whether org orgID has feature gate f.
 func (s *Service) orgHas(ctx context.Context, orgID, f string) (bool, error) {
-	org, err := s.Store.GetOrg(ctx, orgID)
+	org, err := s.st.GetOrg(ctx, orgID)
 	if errors.Is(err, model.ErrNotFound) {
 		return false, nil
 	}

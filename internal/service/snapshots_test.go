@@ -76,10 +76,10 @@ func signedService(t *testing.T, fs ...string) *service.Service {
 // base:latest of digest tplDigest.
 func withExportKey(t *testing.T, s *service.Service) *service.Service {
 	t.Helper()
-	if _, err := s.Store.PutSettingIfAbsent(t.Context(), service.SettingExportKey, base64.StdEncoding.EncodeToString(exportKey)); err != nil {
+	if _, err := s.TestStore().PutSettingIfAbsent(t.Context(), service.SettingExportKey, base64.StdEncoding.EncodeToString(exportKey)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Store.PutTemplate(t.Context(), model.Template{Name: "base", Tag: "latest", Digest: tplDigest}); err != nil {
+	if err := s.TestStore().PutTemplate(t.Context(), model.Template{Name: "base", Tag: "latest", Digest: tplDigest}); err != nil {
 		t.Fatal(err)
 	}
 	return s
@@ -170,7 +170,7 @@ func TestImportSignatures(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { st.Close() })
-			return &service.Service{Store: st, Events: events.New(st)}
+			return service.New(service.Config{Store: st, Events: events.New(st)})
 		},
 	}
 	if testing.Short() && os.Getenv(pgtest.EnvURL) == "" {
