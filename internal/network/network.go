@@ -84,11 +84,11 @@ func validID(id string) error {
 // returns it for runtime.Spec.Network. For a runtime without a network
 // device it makes nothing and returns the zero Network. On error nothing
 // is left behind.
-func Setup(ctx context.Context, id string, caps runtime.Caps) (runtime.Network, error) {
+func Setup(ctx context.Context, id string, caps runtime.Caps, cfg Config) (runtime.Network, error) {
 	if err := validID(id); err != nil {
 		return runtime.Network{}, err
 	}
-	if !caps.Network {
+	if !caps.Network && !cfg.Egress {
 		return runtime.Network{}, nil
 	}
 	// Left by a Release that failed half-way (nothing runs in it: its
@@ -98,6 +98,13 @@ func Setup(ctx context.Context, id string, caps runtime.Caps) (runtime.Network, 
 	}
 	if err := os.MkdirAll(Dir, 0o755); err != nil {
 		return runtime.Network{}, fmt.Errorf("network setup %s: %w", id, err)
+	}
+	if !caps.Network {
+		n, err := setupEgress(id, cfg.link())
+		if err != nil {
+			return runtime.Network{}, errors.Join(fmt.Errorf("network setup %s: %w", id, err), Release(context.WithoutCancel(ctx), id))
+		}
+		return n, nil
 	}
 	done := make(chan error, 1)
 	go func() {
@@ -153,7 +160,11 @@ func Release(ctx context.Context, id string) error {
 	if validID(id) != nil {
 		return nil
 	}
-	p := Path(id)
+	return errors.Join(unbind(id, Path(id)), unbind(id, GatewayPath(id)))
+}
+
+// unbind unmounts and removes the namespace bound at p.
+func unbind(id, p string) error {
 	if _, err := os.Lstat(p); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -172,5 +183,8 @@ func Release(ctx context.Context, id string) error {
 // Exists reports whether sandbox id has a network namespace.
 func Exists(id string) bool {
 	_, err := os.Lstat(Path(id))
+	if err != nil {
+		_, err = os.Lstat(GatewayPath(id))
+	}
 	return err == nil
 }

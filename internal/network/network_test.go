@@ -69,7 +69,7 @@ func TestSetupRelease(t *testing.T) {
 	id := model.NewID("sb")
 	t.Cleanup(func() { network.Release(ctx, id) })
 	_, hostTap := netlink.LinkByName("tap0")
-	n, err := network.Setup(ctx, id, vm)
+	n, err := network.Setup(ctx, id, vm, network.Config{})
 	if err != nil {
 		t.Fatalf("Setup: %v", err)
 	}
@@ -93,7 +93,7 @@ func TestSetupRelease(t *testing.T) {
 		}
 	}
 	// A second Setup of the same id replaces the first (a failed Release).
-	if _, err := network.Setup(ctx, id, vm); err != nil {
+	if _, err := network.Setup(ctx, id, vm, network.Config{}); err != nil {
 		t.Fatalf("Setup again: %v", err)
 	}
 	if err := network.Release(ctx, id); err != nil {
@@ -112,7 +112,7 @@ func TestReleaseWhileInUse(t *testing.T) {
 	ctx := context.Background()
 	id := model.NewID("sb")
 	t.Cleanup(func() { network.Release(ctx, id) })
-	n, err := network.Setup(ctx, id, vm)
+	n, err := network.Setup(ctx, id, vm, network.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestReleaseAfterCrash(t *testing.T) {
 	assertReleased(t, id)
 	// And Setup over such a leftover works.
 	exec.Command("ip", "netns", "add", network.Name(id)).Run()
-	if _, err := network.Setup(ctx, id, vm); err != nil {
+	if _, err := network.Setup(ctx, id, vm, network.Config{}); err != nil {
 		t.Fatalf("Setup over a leftover: %v", err)
 	}
 	if err := network.Release(ctx, id); err != nil {
@@ -168,7 +168,7 @@ func TestReleaseAfterCrash(t *testing.T) {
 // and nothing is made (gvisor keeps --network=none); no root needed.
 func TestNoDevice(t *testing.T) {
 	id := model.NewID("sb")
-	n, err := network.Setup(context.Background(), id, runtime.Caps{Pause: true, Snapshot: true})
+	n, err := network.Setup(context.Background(), id, runtime.Caps{Pause: true, Snapshot: true}, network.Config{})
 	if err != nil || n.Namespace != "" || len(n.Interfaces) != 0 {
 		t.Fatalf("Setup without a network device = %+v, %v; want the zero Network", n, err)
 	}
@@ -182,7 +182,7 @@ func TestNoDevice(t *testing.T) {
 
 func TestInvalidID(t *testing.T) {
 	for _, id := range []string{"", "a/b", "..", strings.Repeat("x", 65)} {
-		if _, err := network.Setup(context.Background(), id, vm); err == nil {
+		if _, err := network.Setup(context.Background(), id, vm, network.Config{}); err == nil {
 			t.Errorf("Setup(%q) succeeded", id)
 		}
 		// Nothing can exist for it: nothing to release, nothing touched.

@@ -129,6 +129,10 @@ type Network struct {
 	Namespace string `json:"namespace,omitempty"`
 	// Interfaces are the links in Namespace, one per guest device.
 	Interfaces []Interface `json:"interfaces,omitempty"`
+	// Gateway is the guest's default route and Nameservers its resolvers
+	// (an egress network, internal/network; zero: none).
+	Gateway     netip.Addr   `json:"gateway,omitzero"`
+	Nameservers []netip.Addr `json:"nameservers,omitempty"`
 }
 
 // Interface is one link of a Network.

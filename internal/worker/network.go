@@ -39,16 +39,43 @@ func (w *Worker) withNetwork(ctx context.Context, spec runtime.Spec, call func(r
 		}
 		spec.Runtime = name
 	}
-	n, err := network.Setup(ctx, spec.ID, w.caps(ctx, spec.Runtime))
+	n, err := network.Setup(ctx, spec.ID, w.caps(ctx, spec.Runtime), w.cfg.Network)
 	if err != nil {
 		return nil, err
+	}
+	if err := w.attachGateway(spec.ID); err != nil {
+		return nil, errors.Join(err, network.Release(context.WithoutCancel(ctx), spec.ID))
 	}
 	spec.Network = n
 	h, err := call(spec)
 	if err != nil && !errors.Is(err, model.ErrConflict) {
+		w.detachGateway(spec.ID)
 		err = errors.Join(err, network.Release(context.WithoutCancel(ctx), spec.ID))
 	}
 	return h, err
+}
+
+// attachGateway opens sandbox id's gateway listeners, if it has an egress
+// network, and hands them to the gateway.
+func (w *Worker) attachGateway(id string) error {
+	if w.cfg.Gateway == nil || !w.cfg.Network.Egress || !network.HasGateway(id) {
+		return nil
+	}
+	ls, err := network.OpenGateway(id, w.cfg.Network)
+	if err != nil {
+		return err
+	}
+	if err := w.cfg.Gateway.Attach(id, ls); err != nil {
+		ls.Close()
+		return err
+	}
+	return nil
+}
+
+func (w *Worker) detachGateway(id string) {
+	if w.cfg.Gateway != nil {
+		w.cfg.Gateway.Detach(id)
+	}
 }
 
 // startRuntime starts spec in a network of its own.
@@ -64,5 +91,7 @@ func (w *Worker) restoreRuntime(ctx context.Context, snap runtime.Snapshotter, s
 // deleteRuntime releases sandbox id's runtime and then its network.
 // Idempotent, and works from the id alone (after a crash).
 func (w *Worker) deleteRuntime(ctx context.Context, id string) error {
-	return errors.Join(w.cfg.Driver.Delete(ctx, id), network.Release(ctx, id))
+	err := w.cfg.Driver.Delete(ctx, id)
+	w.detachGateway(id)
+	return errors.Join(err, network.Release(ctx, id))
 }

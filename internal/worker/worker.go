@@ -38,6 +38,7 @@ import (
 	"github.com/airlock/airlock/internal/httperr"
 	"github.com/airlock/airlock/internal/httplimit"
 	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/network"
 	"github.com/airlock/airlock/internal/runtime"
 	"github.com/airlock/airlock/internal/snapshot"
 	"github.com/airlock/airlock/internal/workerapi"
@@ -91,6 +92,23 @@ type Config struct {
 	Logger         *slog.Logger
 	// HTTPClient calls the server; nil: a client without a global timeout.
 	HTTPClient *http.Client
+	// Network is how sandbox networks are made (internal/network; the zero
+	// value: isolated, no egress).
+	Network network.Config
+	// Gateway serves the traffic of egress networks (Network.Egress): the
+	// worker attaches each sandbox's gateway listeners to it when its
+	// runtime starts or is adopted and detaches them when it goes. nil
+	// with Egress: the listeners are not opened and the guest's
+	// connections are refused.
+	Gateway Gateway
+}
+
+// Gateway is the worker's egress gateway (internal/egress).
+type Gateway interface {
+	// Attach serves sandbox id's listeners until Detach (which closes
+	// them); attaching an attached sandbox replaces its listeners.
+	Attach(id string, ls network.Listeners) error
+	Detach(id string)
 }
 
 // Validate reports what is missing from c.

@@ -188,12 +188,13 @@ func (d *Driver) validSpec(verb string, spec runtime.Spec) error {
 	if !filepath.IsAbs(spec.RootFS) {
 		return fmt.Errorf("gvisor: %s %s: root filesystem %q must be absolute: %w", verb, spec.ID, spec.RootFS, model.ErrInvalid)
 	}
-	// The sandbox's network is gVisor's netstack with loopback only
-	// (--network=none, in the fresh namespace runsc makes): internal/network
-	// hands gvisor the zero Network; a namespace to join is not a power it
-	// declares (see sandboxArgs).
-	if spec.Network.Namespace != "" || len(spec.Network.Interfaces) > 0 {
-		return fmt.Errorf("gvisor: %s %s: %w", verb, spec.ID, runtime.Unsupported(Name, "network", "join a network namespace (it runs with loopback only)"))
+	// The sandbox's network is gVisor's netstack: with loopback only
+	// (--network=none, in the fresh namespace runsc makes) for the zero
+	// Network, or on the namespace it is handed (an egress network of
+	// internal/network: --network=sandbox takes its interface, address and
+	// route into the netstack; see sandboxArgs).
+	if n := spec.Network; n.Namespace == "" && len(n.Interfaces) > 0 || n.Namespace != "" && !filepath.IsAbs(n.Namespace) {
+		return fmt.Errorf("gvisor: %s %s: network %+v: a namespace path is needed with interfaces: %w", verb, spec.ID, n, model.ErrInvalid)
 	}
 	if len(d.socketPath(spec.ID)) > maxSocketPath {
 		return fmt.Errorf("gvisor: %s %s: socket path %s is longer than %d bytes; use a shorter run dir: %w",
@@ -257,6 +258,9 @@ func (d *Driver) launch(ctx context.Context, verb string, spec runtime.Spec, com
 	}()
 
 	ospec := buildSpec(spec, d.cfg.CgroupParent, d.chanDir(spec.ID))
+	if err := d.writeNetwork(spec, &ospec); err != nil {
+		return nil, fmt.Errorf("gvisor: %s %s: %w", verb, spec.ID, err)
+	}
 	if verb == "restore" {
 		// Recorded first, so that Adopt applies it after a worker crash
 		// right after the restore.
@@ -289,7 +293,7 @@ func (d *Driver) launch(ctx context.Context, verb string, spec runtime.Spec, com
 	}
 	defer logf.Close()
 
-	args := append(d.globalArgs(), d.sandboxArgs(spec.ID, diskMiB)...)
+	args := append(d.globalArgs(), d.sandboxArgs(spec.ID, diskMiB, spec.Network.Namespace != "")...)
 	args = append(args, command(bundle)...)
 	cmd := exec.CommandContext(ctx, d.cfg.RunscPath, args...)
 	// Files, not pipes: the detached sandbox inherits them, and a pipe would
@@ -339,17 +343,22 @@ func (d *Driver) capLogs() {
 
 // sandboxArgs are the runsc flags that define a sandbox; run and restore
 // must pass the same ones.
-func (d *Driver) sandboxArgs(id string, diskMiB int) []string {
+func (d *Driver) sandboxArgs(id string, diskMiB int, joinsNetwork bool) []string {
+	network := "--network=none"
+	if joinsNetwork {
+		network = "--network=sandbox"
+	}
 	return []string{
 		"--host-uds=open",
-		// Loopback only: gVisor's netstack with just "lo", and no host
-		// network calls from the Sentry. (With no netns path and
-		// --network=sandbox the guest would get no interface at all.) An
-		// egress gateway would hand a namespace with a link in
-		// runtime.Spec.Network and switch this to --network=sandbox with
-		// that namespace's path in the OCI spec; validSpec refuses one until
-		// then.
-		"--network=none",
+		// Without a network: loopback only, gVisor's netstack with just
+		// "lo", and no host network calls from the Sentry. (With no netns
+		// path and --network=sandbox the guest would get no interface at
+		// all.) With one (an egress network: the OCI spec names its
+		// namespace), --network=sandbox: the netstack takes the namespace's
+		// eth0 and sends the guest's frames on it; raw sockets stay off
+		// (no --net-raw), so the guest cannot forge packets below TCP and
+		// UDP.
+		network,
 		// The root overlay's upper layer is a tmpfs inside the sentry whose
 		// pages live in a file in overlay/; size= caps that tmpfs, so a
 		// guest that writes more gets ENOSPC and the host file stays within

@@ -1,35 +1,89 @@
 package gvisor_test
 
 import (
+	"bufio"
 	"context"
-	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
 	"testing"
 
+	"github.com/airlock/airlock/internal/agentclient"
+	"github.com/airlock/airlock/internal/egress"
 	"github.com/airlock/airlock/internal/network"
 	"github.com/airlock/airlock/internal/runtime"
 	"github.com/airlock/airlock/internal/runtime/gvisor"
 	"github.com/airlock/airlock/internal/runtime/runtimetest"
 )
 
-// TestNetworkFromSpec: gvisor takes its network from the spec. The one
-// internal/network hands it (the runtime declares no network device) is
-// the zero Network, and it runs loopback only (the conformance suite's
-// NetworkLoopbackOnly); a namespace to join is refused, naming the power,
-// and leaves nothing.
+// TestNetworkFromSpec: gvisor takes its network from the spec. Without
+// egress internal/network hands it the zero Network (loopback only: the
+// conformance suite's NetworkLoopbackOnly).
 func TestNetworkFromSpec(t *testing.T) {
-	d, rootfs, _ := fixture(t)
 	ctx := context.Background()
 	id := runtimetest.NewID()
-	n, err := network.Setup(ctx, id, gvisor.Info.Caps)
+	n, err := network.Setup(ctx, id, gvisor.Info.Caps, network.Config{})
 	if err != nil || n.Namespace != "" || len(n.Interfaces) != 0 {
 		t.Fatalf("network for gvisor = %+v, %v; want the zero Network", n, err)
 	}
-	_, err = d.Start(ctx, runtime.Spec{ID: id, RootFS: rootfs, VCPUs: 1, MemoryMiB: 128,
-		Network: runtime.Network{Namespace: network.Path(id), Interfaces: []runtime.Interface{{Name: network.TapName}}}})
-	if !errors.Is(err, runtime.ErrUnsupported) {
-		t.Fatalf("Start with a namespace to join = %v; want ErrUnsupported", err)
+}
+
+// TestEgressNetwork: with an egress network gvisor joins its namespace
+// (--network=sandbox): the guest's eth0 has the link's address and route,
+// its resolv.conf names the gateway, and a connection to any address lands
+// on the gateway's proxy listener with its original destination.
+func TestEgressNetwork(t *testing.T) {
+	d, rootfs, _ := fixture(t)
+	ctx := context.Background()
+	id := runtimetest.NewID()
+	cfg := network.Config{Egress: true}
+	t.Cleanup(func() { d.Delete(ctx, id); network.Release(ctx, id) })
+	n, err := network.Setup(ctx, id, gvisor.Info.Caps, cfg)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if st, err := d.Status(ctx, id); err != nil || st != runtime.StatusGone {
-		t.Errorf("Status after the refused Start = %q, %v; want gone", st, err)
+	ls, err := network.OpenGateway(id, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ls.Close()
+	go func() { // a stand-in proxy: answers with the original destination
+		for {
+			c, err := ls.Proxy.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				dst, err := egress.OriginalDst(c)
+				req, rerr := http.ReadRequest(bufio.NewReader(c))
+				if rerr == nil {
+					req.Body.Close()
+				}
+				body := fmt.Sprintf("dst=%v err=%v", dst, err)
+				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
+			}()
+		}
+	}()
+	sb, err := d.Start(ctx, runtime.Spec{ID: id, RootFS: rootfs, VCPUs: 1, MemoryMiB: 256, Network: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return sb.AgentConn(ctx) })
+	defer c.Close()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	out, code := runtimetest.RunRoot(ctx, t, c, "p1", "/bin/sh", "-c",
+		"cat /etc/resolv.conf; cat /proc/net/route | tail -n +2 | cut -f1-3; curl -sS -m 10 http://198.18.7.7:8080/x")
+	if code != 0 {
+		t.Fatalf("guest: exit %d: %s", code, out)
+	}
+	for _, want := range []string{"nameserver 100.64.0.1", "eth0\t00000000\t01004064", "dst=198.18.7.7:8080 err=<nil>"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("guest output lacks %q:\n%s", want, out)
+		}
 	}
 }

@@ -158,7 +158,15 @@ func (d *Driver) resumeInPlace(ctx context.Context, id, dir string, paused bool)
 		return fmt.Errorf("open log: %w", err)
 	}
 	defer logf.Close()
-	args := append(d.globalArgs(), d.sandboxArgs(id, d.diskMiB(id))...)
+	netns := d.networkNamespace(id)
+	if netns != "" {
+		// runsc took the guest's address and route off eth0 when it
+		// started; the restore takes them again.
+		if err := d.restoreGuestLink(id); err != nil {
+			return err
+		}
+	}
+	args := append(d.globalArgs(), d.sandboxArgs(id, d.diskMiB(id), netns != "")...)
 	args = append(args, "restore", "--image-path="+dir, "--bundle", filepath.Join(sdir, "bundle"), "--detach", id)
 	cmd := exec.CommandContext(ctx, d.cfg.RunscPath, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf

@@ -150,9 +150,10 @@ func buildSpec(spec runtime.Spec, cgroupParent, chanDir string) ociSpec {
 				Pids:   ociPids{Limit: pidsLimit},
 			},
 			// No network namespace path: every sandbox gets its own, and
-			// --network=none gives it gVisor's netstack with only loopback.
+			// --network=none gives it gVisor's netstack with only loopback;
+			// with one, the sandbox joins it (--network=sandbox).
 			Namespaces: []ociNamespace{
-				{Type: "pid"}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"}, {Type: "network"},
+				{Type: "pid"}, {Type: "ipc"}, {Type: "uts"}, {Type: "mount"}, {Type: "network", Path: spec.Network.Namespace},
 			},
 		},
 	}

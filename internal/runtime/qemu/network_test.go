@@ -18,7 +18,7 @@ import (
 type netDriver struct{ *qemu.Driver }
 
 func (d *netDriver) Start(ctx context.Context, spec runtime.Spec) (runtime.Sandbox, error) {
-	n, err := network.Setup(ctx, spec.ID, qemu.Info.Caps)
+	n, err := network.Setup(ctx, spec.ID, qemu.Info.Caps, network.Config{})
 	if err != nil {
 		return nil, err
 	}
@@ -31,7 +31,7 @@ func (d *netDriver) Start(ctx context.Context, spec runtime.Spec) (runtime.Sandb
 }
 
 func (d *netDriver) Restore(ctx context.Context, spec runtime.Spec, dir string) (runtime.Sandbox, error) {
-	n, err := network.Setup(ctx, spec.ID, qemu.Info.Caps)
+	n, err := network.Setup(ctx, spec.ID, qemu.Info.Caps, network.Config{})
 	if err != nil {
 		return nil, err
 	}

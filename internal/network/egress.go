@@ -1,0 +1,458 @@
+package network
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	goruntime "runtime"
+	"strconv"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock/airlock/internal/runtime"
+)
+
+// Egress networks (Config.Egress): the sandbox reaches the network only
+// through the worker's egress gateway (internal/egress). Each sandbox gets
+// two namespaces joined by one veth pair and nothing else:
+//
+//	guest namespace  airlock-<id>      eth0  Link.Guest   (100.64.0.2/30)
+//	                                     │ veth
+//	gateway namespace airlockgw-<id>   gw0   Link.Gateway (100.64.0.1/30)
+//
+// The guest namespace is the one the driver joins (runsc --network=sandbox
+// takes eth0, its address and its default route into gVisor's netstack).
+// The gateway namespace holds no route beyond the link: there is no path
+// from it to the host, to another sandbox or anywhere else. Its nftables
+// table (below) redirects every TCP connection from gw0 to the gateway's
+// proxy port and every DNS query to its DNS port, on Link.Gateway; the
+// gateway's listeners are sockets opened in that namespace (OpenGateway)
+// by the worker process, which dials upstream from the host's own
+// namespace. A sandbox is therefore identified by the listener its traffic
+// arrives on, not by its address, and every sandbox can use the same
+// addresses: snapshots and forks restore on any worker under any id.
+//
+// The filter runs on gw0's ingress in the gateway namespace, which sees
+// every frame the guest emits whatever emitted it (gVisor's netstack writes
+// frames with a packet socket, which the guest namespace's own netfilter
+// hooks never see). In order:
+//
+//   - a source other than Link.Guest, and any IPv6 or ARP-less junk: drop
+//     (anti-spoofing: a forged DNS answer or a spoofed packet never reaches
+//     the gateway);
+//   - TCP or UDP/TCP port 53: on to the redirect; ICMP and other UDP: drop;
+//   - the input chain admits only the redirected ports; forward drops all;
+//     output admits only replies (ct established, related) and loopback.
+//
+// IPv6 is off on both ends (disable_ipv6), so the guest gets no IPv6
+// address at all.
+
+// Link is the point-to-point link of an egress network. Every sandbox has
+// the same one (they live in namespaces of their own).
+type Link struct {
+	Guest   netip.Prefix // the guest's address and the link's length
+	Gateway netip.Addr   // the gateway's end, the guest's default route and resolver
+}
+
+// DefaultLink is 100.64.0.2/30 with the gateway on 100.64.0.1 (shared
+// address space, RFC 6598: not routed on the internet, rarely used on a
+// LAN).
+var DefaultLink = Link{Guest: netip.MustParsePrefix("100.64.0.2/30"), Gateway: netip.MustParseAddr("100.64.0.1")}
+
+// Ports of the gateway's listeners on Link.Gateway in the gateway namespace.
+const (
+	ProxyPort = 15001 // every TCP connection of the guest is redirected here
+	DNSPort   = 53    // every DNS query (UDP and TCP, to any address)
+)
+
+// Interface names.
+const (
+	GuestIf   = "eth0"
+	GatewayIf = "gw0"
+)
+
+// Config is how a worker makes networks. The zero Config is today's
+// isolated network (loopback only for gVisor, a tap with nothing routed for
+// VMs).
+type Config struct {
+	// Egress gives sandboxes of runtimes without a network device
+	// (gvisor) a link to the egress gateway (see above).
+	Egress bool
+	// Link is the egress link (zero: DefaultLink).
+	Link Link
+}
+
+func (c Config) link() Link {
+	if c.Link.Guest.IsValid() {
+		return c.Link
+	}
+	return DefaultLink
+}
+
+// Validate checks the link: IPv4, the two ends distinct and inside the
+// guest's prefix, neither the prefix's network nor broadcast address.
+func (l Link) Validate() error {
+	p := l.Guest
+	if !p.IsValid() || !p.Addr().Is4() || !l.Gateway.Is4() || p.Bits() > 30 || p.Bits() < 8 {
+		return fmt.Errorf("network: egress link %s via %s: want an IPv4 prefix of /8 to /30 and an IPv4 gateway", p, l.Gateway)
+	}
+	if !p.Contains(l.Gateway) || p.Addr() == l.Gateway || p.Masked().Addr() == p.Addr() || p.Masked().Addr() == l.Gateway {
+		return fmt.Errorf("network: egress link %s via %s: the gateway must be another host address of the guest's prefix", p, l.Gateway)
+	}
+	return nil
+}
+
+// GatewayName is the name of sandbox id's gateway namespace.
+func GatewayName(id string) string { return "airlockgw-" + id } // never "airlock-" + an id
+
+// GatewayPath is the path of sandbox id's gateway namespace.
+func GatewayPath(id string) string { return Dir + "/" + GatewayName(id) }
+
+// HasGateway reports whether sandbox id has an egress network (a gateway
+// namespace).
+func HasGateway(id string) bool {
+	if validID(id) != nil {
+		return false
+	}
+	_, err := os.Lstat(GatewayPath(id))
+	return err == nil
+}
+
+// setupEgress makes the two namespaces, the link, the addresses and the
+// filter. It runs on locked threads that are thrown away.
+func setupEgress(id string, l Link) (runtime.Network, error) {
+	if err := l.Validate(); err != nil {
+		return runtime.Network{}, err
+	}
+	done := make(chan error, 1)
+	go func() {
+		goruntime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		done <- makeEgress(id, l)
+	}()
+	if err := <-done; err != nil {
+		return runtime.Network{}, err
+	}
+	return runtime.Network{
+		Namespace:   Path(id),
+		Interfaces:  []runtime.Interface{{Name: GuestIf, Addresses: []netip.Prefix{l.Guest}}},
+		Gateway:     l.Gateway,
+		Nameservers: []netip.Addr{l.Gateway},
+	}, nil
+}
+
+func makeEgress(id string, l Link) error {
+	origin, err := netns.Get()
+	if err != nil {
+		return err
+	}
+	defer origin.Close()
+	guest, err := netns.NewNamed(Name(id))
+	if err != nil {
+		return fmt.Errorf("create namespace %s: %w", Name(id), err)
+	}
+	defer guest.Close()
+	if err := upLoopback(); err != nil {
+		return err
+	}
+	if err := disableIPv6(); err != nil {
+		return err
+	}
+	gw, err := netns.NewNamed(GatewayName(id)) // the thread is now in gw
+	if err != nil {
+		return fmt.Errorf("create namespace %s: %w", GatewayName(id), err)
+	}
+	defer gw.Close()
+	if err := upLoopback(); err != nil {
+		return err
+	}
+	if err := disableIPv6(); err != nil {
+		return err
+	}
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: GatewayIf}, PeerName: GuestIf, PeerNamespace: netlink.NsFd(int(guest))}
+	if err := netlink.LinkAdd(veth); err != nil {
+		return fmt.Errorf("add veth %s/%s: %w", GatewayIf, GuestIf, err)
+	}
+	gwLink, err := netlink.LinkByName(GatewayIf)
+	if err != nil {
+		return err
+	}
+	if err := netlink.AddrAdd(gwLink, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(l.Gateway, l.Guest.Bits()))}); err != nil {
+		return fmt.Errorf("address %s: %w", GatewayIf, err)
+	}
+	if err := netlink.LinkSetUp(gwLink); err != nil {
+		return err
+	}
+	if err := writeFilter(0, l); err != nil {
+		return fmt.Errorf("nftables in %s: %w", GatewayName(id), err)
+	}
+	if err := netns.Set(guest); err != nil {
+		return err
+	}
+	if err := GuestAddress(l); err != nil {
+		return err
+	}
+	return nil
+}
+
+// GuestAddress puts the guest's address and default route on eth0 of the
+// calling thread's namespace. runsc moves them into its netstack (deleting
+// them from eth0) whenever it starts or restores a sandbox, so they are
+// put back before each (PrepareGuest).
+func GuestAddress(l Link) error {
+	eth, err := netlink.LinkByName(GuestIf)
+	if err != nil {
+		return fmt.Errorf("find %s: %w", GuestIf, err)
+	}
+	if err := netlink.AddrReplace(eth, &netlink.Addr{IPNet: ipNet(l.Guest)}); err != nil {
+		return fmt.Errorf("address %s: %w", GuestIf, err)
+	}
+	if err := netlink.LinkSetUp(eth); err != nil {
+		return err
+	}
+	route := &netlink.Route{LinkIndex: eth.Attrs().Index, Gw: net.IP(l.Gateway.AsSlice())}
+	if err := netlink.RouteReplace(route); err != nil {
+		return fmt.Errorf("default route via %s: %w", l.Gateway, err)
+	}
+	return nil
+}
+
+func upLoopback() error {
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return fmt.Errorf("find lo: %w", err)
+	}
+	return netlink.LinkSetUp(lo)
+}
+
+// disableIPv6 turns IPv6 off in the calling thread's namespace (for links
+// made from now on and existing ones). /proc/sys/net is the namespace of
+// the task that opens it, hence the thread's.
+func disableIPv6() error {
+	if _, err := os.Stat("/proc/sys/net/ipv6"); err != nil {
+		return nil // no IPv6 in this kernel
+	}
+	for _, k := range []string{"all", "default"} {
+		p := "/proc/sys/net/ipv6/conf/" + k + "/disable_ipv6"
+		if err := os.WriteFile(p, []byte("1"), 0o644); err != nil {
+			return fmt.Errorf("disable IPv6: %w", err)
+		}
+	}
+	return nil
+}
+
+func ipNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+// FilterTable is the nftables table (family inet) in a gateway namespace.
+const FilterTable = "airlock"
+
+// writeFilter writes the gateway namespace's table (see the top of this
+// file) through the netlink socket of namespace fd (0: the calling
+// thread's).
+func writeFilter(fd int, l Link) error {
+	var opts []nftables.ConnOption
+	if fd > 0 {
+		opts = append(opts, nftables.WithNetNSFd(fd))
+	}
+	c, err := nftables.New(opts...)
+	if err != nil {
+		return err
+	}
+	t := c.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: FilterTable})
+	drop, accept := nftables.ChainPolicyDrop, nftables.ChainPolicyAccept
+	guard := c.AddChain(&nftables.Chain{Name: "guard", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRaw, Policy: &accept})
+	redirect := c.AddChain(&nftables.Chain{Name: "redirect", Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest})
+	input := c.AddChain(&nftables.Chain{Name: "input", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &drop})
+	forward := c.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &drop})
+	output := c.AddChain(&nftables.Chain{Name: "output", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: &drop})
+	_ = forward // policy drop, no rules
+
+	rule := func(ch *nftables.Chain, e ...expr.Any) { c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: e}) }
+	fromGuest := iifname(GatewayIf)
+	verdict := func(k expr.VerdictKind) expr.Any { return &expr.Verdict{Kind: k} }
+	port := func(proto byte, p uint16) []expr.Any {
+		return append(l4proto(proto), &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(p)})
+	}
+	dns := func(proto byte) []expr.Any { return port(proto, 53) }
+
+	// guard: anti-spoofing and protocols.
+	rule(guard, cat(fromGuest, notIPv4(), []expr.Any{verdict(expr.VerdictDrop)})...)
+	rule(guard, cat(fromGuest, []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: l.Guest.Addr().AsSlice()},
+		verdict(expr.VerdictDrop),
+	})...)
+	rule(guard, cat(fromGuest, l4proto(unix.IPPROTO_TCP), []expr.Any{verdict(expr.VerdictAccept)})...)
+	rule(guard, cat(fromGuest, dns(unix.IPPROTO_UDP), []expr.Any{verdict(expr.VerdictAccept)})...)
+	rule(guard, cat(fromGuest, []expr.Any{verdict(expr.VerdictDrop)})...)
+
+	// redirect: DNS (any address) to the resolver, other TCP to the proxy.
+	redir := func(port uint16) []expr.Any {
+		return []expr.Any{
+			&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(port)},
+			&expr.Redir{RegisterProtoMin: 1, RegisterProtoMax: 1},
+		}
+	}
+	rule(redirect, cat(fromGuest, dns(unix.IPPROTO_UDP), redir(DNSPort))...)
+	rule(redirect, cat(fromGuest, dns(unix.IPPROTO_TCP), redir(DNSPort))...)
+	rule(redirect, cat(fromGuest, l4proto(unix.IPPROTO_TCP), redir(ProxyPort))...)
+
+	// input: loopback, and the redirected ports from the guest.
+	rule(input, cat(iifname("lo"), []expr.Any{verdict(expr.VerdictAccept)})...)
+	rule(input, cat(fromGuest, port(unix.IPPROTO_TCP, ProxyPort), []expr.Any{verdict(expr.VerdictAccept)})...)
+	rule(input, cat(fromGuest, port(unix.IPPROTO_TCP, DNSPort), []expr.Any{verdict(expr.VerdictAccept)})...)
+	rule(input, cat(fromGuest, port(unix.IPPROTO_UDP, DNSPort), []expr.Any{verdict(expr.VerdictAccept)})...)
+
+	// output: replies and loopback only.
+	rule(output, &expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname("lo")}, verdict(expr.VerdictAccept))
+	rule(output,
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED), Xor: binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+		verdict(expr.VerdictAccept))
+	return c.Flush()
+}
+
+func cat(parts ...[]expr.Any) []expr.Any {
+	var out []expr.Any
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+func ifname(n string) []byte {
+	b := make([]byte, unix.IFNAMSIZ)
+	copy(b, n)
+	return b
+}
+
+func iifname(n string) []expr.Any {
+	return []expr.Any{&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(n)}}
+}
+
+func notIPv4() []expr.Any {
+	return []expr.Any{&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1}, &expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}}}
+}
+
+func l4proto(p byte) []expr.Any {
+	return []expr.Any{&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{p}}}
+}
+
+// Listeners are the gateway's sockets for one sandbox, in its gateway
+// namespace on Link.Gateway.
+type Listeners struct {
+	Proxy  net.Listener   // TCP, ProxyPort: every redirected connection
+	DNS    net.PacketConn // UDP, DNSPort
+	DNSTCP net.Listener   // TCP, DNSPort
+}
+
+// Close closes every listener.
+func (ls Listeners) Close() error {
+	var errs []error
+	for _, c := range []interface{ Close() error }{ls.Proxy, ls.DNS, ls.DNSTCP} {
+		if c != nil && !isNil(c) {
+			errs = append(errs, c.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func isNil(c interface{ Close() error }) bool {
+	switch v := c.(type) {
+	case net.Listener:
+		return v == nil
+	case net.PacketConn:
+		return v == nil
+	}
+	return false
+}
+
+// OpenGateway opens the gateway's listeners in sandbox id's gateway
+// namespace (made by Setup with Config.Egress). The worker calls it after
+// Setup, and again for each adopted sandbox after a restart.
+func OpenGateway(id string, cfg Config) (Listeners, error) {
+	if err := validID(id); err != nil {
+		return Listeners{}, err
+	}
+	l := cfg.link()
+	type result struct {
+		ls  Listeners
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		goruntime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		ns, err := netns.GetFromPath(GatewayPath(id))
+		if err != nil {
+			done <- result{err: fmt.Errorf("network: open gateway of %s: %w", id, err)}
+			return
+		}
+		defer ns.Close()
+		if err := netns.Set(ns); err != nil {
+			done <- result{err: err}
+			return
+		}
+		var ls Listeners
+		addr := l.Gateway.String()
+		ls.Proxy, err = net.Listen("tcp4", net.JoinHostPort(addr, strconv.Itoa(ProxyPort)))
+		if err == nil {
+			ls.DNS, err = net.ListenPacket("udp4", net.JoinHostPort(addr, strconv.Itoa(DNSPort)))
+		}
+		if err == nil {
+			ls.DNSTCP, err = net.Listen("tcp4", net.JoinHostPort(addr, strconv.Itoa(DNSPort)))
+		}
+		if err != nil {
+			ls.Close()
+			done <- result{err: fmt.Errorf("network: open gateway of %s: %w", id, err)}
+			return
+		}
+		done <- result{ls: ls}
+	}()
+	r := <-done
+	return r.ls, r.err
+}
+
+// PrepareAt puts the guest's addresses and route of n (made by Setup) back
+// on its interface (runsc takes them away at each start and restore). A
+// network without addresses needs nothing.
+func PrepareAt(n runtime.Network) error {
+	if n.Namespace == "" || len(n.Interfaces) != 1 || len(n.Interfaces[0].Addresses) != 1 || !n.Gateway.IsValid() {
+		return nil
+	}
+	l := Link{Guest: n.Interfaces[0].Addresses[0], Gateway: n.Gateway}
+	done := make(chan error, 1)
+	go func() {
+		goruntime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		ns, err := netns.GetFromPath(n.Namespace)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer ns.Close()
+		if err := netns.Set(ns); err != nil {
+			done <- err
+			return
+		}
+		done <- GuestAddress(l)
+	}()
+	if err := <-done; err != nil {
+		return fmt.Errorf("network: prepare guest link in %s: %w", n.Namespace, err)
+	}
+	return nil
+}

@@ -1,0 +1,79 @@
+package gvisor
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/airlock/airlock/internal/network"
+	"github.com/airlock/airlock/internal/runtime"
+)
+
+// A sandbox handed a network (an egress network, internal/network) joins
+// its namespace with --network=sandbox. The network is recorded in the
+// sandbox's directory (networkFile): runsc moves the guest's address and
+// route from eth0 into its netstack whenever it starts or restores, so an
+// in-place restore (resumeInPlace) puts them back first. The guest's
+// resolvers are its /etc/resolv.conf, a read-only bind mount of a file in
+// that directory.
+
+const (
+	networkFile = "network.json"
+	resolvFile  = "resolv.conf"
+)
+
+// writeNetwork records spec's network and, with resolvers, mounts a
+// resolv.conf naming them over the guest's.
+func (d *Driver) writeNetwork(spec runtime.Spec, o *ociSpec) error {
+	dir := d.sandboxDir(spec.ID)
+	if spec.Network.Namespace == "" {
+		os.Remove(filepath.Join(dir, networkFile))
+		return nil
+	}
+	b, err := json.Marshal(spec.Network)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, networkFile), b, 0o600); err != nil {
+		return err
+	}
+	if len(spec.Network.Nameservers) == 0 {
+		return nil
+	}
+	var conf strings.Builder
+	for _, ns := range spec.Network.Nameservers {
+		fmt.Fprintf(&conf, "nameserver %s\n", ns)
+	}
+	conf.WriteString("options edns0\n")
+	p := filepath.Join(dir, resolvFile)
+	if err := os.WriteFile(p, []byte(conf.String()), 0o644); err != nil {
+		return err
+	}
+	o.Mounts = append(o.Mounts, ociMount{Destination: "/etc/resolv.conf", Type: "bind", Source: p, Options: []string{"rbind", "ro"}})
+	return nil
+}
+
+// recordedNetwork is the network sandbox id was started with (zero: none).
+func (d *Driver) recordedNetwork(id string) runtime.Network {
+	var n runtime.Network
+	b, err := os.ReadFile(filepath.Join(d.sandboxDir(id), networkFile))
+	if err == nil {
+		json.Unmarshal(b, &n)
+	}
+	return n
+}
+
+// networkNamespace is the namespace sandbox id joined ("": none).
+func (d *Driver) networkNamespace(id string) string { return d.recordedNetwork(id).Namespace }
+
+// restoreGuestLink puts the guest's addresses and route back on its
+// interface before an in-place restore.
+func (d *Driver) restoreGuestLink(id string) error {
+	n := d.recordedNetwork(id)
+	if err := network.PrepareAt(n); err != nil {
+		return fmt.Errorf("gvisor: restore %s: %w", id, err)
+	}
+	return nil
+}
