@@ -522,3 +522,55 @@ func TestCanonicalName(t *testing.T) {
 		}
 	}
 }
+
+func TestConcurrentSandboxes(t *testing.T) {
+	e := newEnv(t)
+	srcs := []string{"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"}
+	for i, src := range srcs {
+		e.attach(fmt.Sprint("sb", i), src, policyAll())
+		e.resolve(src, "allowed.test")
+		e.resolve(src, "tls.test")
+	}
+	errc := make(chan error, len(srcs)*20)
+	var done = make(chan struct{})
+	for _, src := range srcs {
+		for j := range 10 {
+			go func() {
+				c, url, want := e.client(src, e.httpDst), "http://allowed.test/", "host=allowed.test sni= body=0"
+				if j%2 == 1 {
+					c, url, want = e.client(src, e.tlsDst), "https://tls.test/", "host=tls.test sni=tls.test body=0"
+				}
+				for range 5 {
+					body, err := get(c, url)
+					if err == nil && body != want {
+						err = fmt.Errorf("body %q", body)
+					}
+					if err != nil {
+						errc <- fmt.Errorf("%s %s: %w", src, url, err)
+						return
+					}
+				}
+				errc <- nil
+			}()
+		}
+	}
+	// Policy updates that keep everything allowed run alongside.
+	go func() {
+		defer close(done)
+		for range 50 {
+			if err := e.gw.Update("sb0", policyAll()); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	for range len(srcs) * 10 {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-done
+	if n := len(e.ev.find(KindTCP, false, "")); n != 0 {
+		t.Fatalf("%d denials:\n%s", n, e.ev)
+	}
+}
