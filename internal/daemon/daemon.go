@@ -37,6 +37,7 @@ import (
 	"github.com/airlock/airlock/internal/httplimit"
 	"github.com/airlock/airlock/internal/image"
 	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/network"
 	airruntime "github.com/airlock/airlock/internal/runtime"
 	"github.com/airlock/airlock/internal/runtime/gvisor"
 	"github.com/airlock/airlock/internal/runtime/qemu"
@@ -106,6 +107,7 @@ func up(ctx context.Context, args []string) error {
 	images := fs.String("template-images", DefaultTemplateImages, templateImagesUsage)
 	deadline := fs.Duration("operation-deadline", 0, "how long a lifecycle operation may take (0: 30m)")
 	quotas := addQuotaFlags(fs)
+	eg := addEgressFlags(fs)
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	var warm warmFlag
 	fs.Var(&warm, "warm", warmUsage)
@@ -190,7 +192,7 @@ func up(ctx context.Context, args []string) error {
 	wo := workerOptions{
 		dataDir: *dataDir, serverURL: url, token: wt, dataListen: *dataListen,
 		id: workerID, log: log, progress: progress, qemu: *withQEMU, templateImages: runtimeSet(*images),
-		tls: tlsCfg,
+		tls: tlsCfg, egress: eg,
 	}
 	wo.httpClient = workerHTTP
 	w, err := newWorker(ctx, wo)
@@ -314,6 +316,7 @@ func workerCmd(ctx context.Context, args []string) error {
 	advertise := fs.String("advertise-url", "", "data-plane URL clients use (default http(s)://<data-listen>)")
 	id := fs.String("id", "", "worker id (default: generated once and kept in <data-dir>/worker.id)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	eg := addEgressFlags(fs)
 	tlsf := addTLSFlags(fs, "the data plane")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -336,7 +339,7 @@ func workerCmd(ctx context.Context, args []string) error {
 	w, err := newWorker(ctx, workerOptions{
 		dataDir: *dataDir, serverURL: *serverURL, token: *workerToken,
 		dataListen: *dataListen, advertise: *advertise, id: *id, log: log, progress: progressWriter{},
-		qemu: *withQEMU, templateImages: runtimeSet(*images), tls: tlsCfg,
+		qemu: *withQEMU, templateImages: runtimeSet(*images), tls: tlsCfg, egress: eg,
 	})
 	if err != nil {
 		return err
@@ -466,6 +469,7 @@ type workerOptions struct {
 	templateImages map[string]bool
 	tls            *tls.Config  // serve the data plane over TLS (nil: http)
 	httpClient     *http.Client // calls the server (nil: the default)
+	egress         egressFlags  // --egress and its settings (zero: off)
 }
 
 // templateImagesUsage documents --template-images.
@@ -546,7 +550,15 @@ func newWorker(ctx context.Context, o workerOptions) (*worker.Worker, error) {
 		adv = scheme + "://" + ln.Addr().String()
 	}
 	mem, cpus := capacity()
+	var netCfg network.Config
+	var gw worker.Gateway
+	if o.egress.on != nil {
+		if netCfg, gw, err = o.egress.gateway(o.log); err != nil {
+			return nil, err
+		}
+	}
 	return worker.New(worker.Config{
+		Network: netCfg, Gateway: gw,
 		ID: id, ServerURL: o.serverURL, WorkerToken: o.token, SecretFile: filepath.Join(o.dataDir, "worker.secret"), HTTPClient: o.httpClient,
 		DataPlaneListener: ln, DataPlaneURL: adv, Driver: drivers, Snapshots: snaps, TemplateImages: o.templateImages,
 		Templates:     func() ([]model.Template, error) { return image.ListTemplates(o.dataDir) },

@@ -46,11 +46,20 @@ func (g *Gateway) ServeDNSTCP(l net.Listener) error {
 }
 
 func (g *Gateway) serveDNS(srv *dns.Server, key any, closeFn func() error) error {
+	return g.serveDNSFor(srv, key, closeFn, nil)
+}
+
+// serveDNSFor serves srv; with sb set every query is sb's, whatever its
+// source (its own listener: see AttachListeners).
+func (g *Gateway) serveDNSFor(srv *dns.Server, key any, closeFn func() error, sb *sandbox) error {
 	if !g.serving(key, closeFn) {
 		return ErrClosed
 	}
 	defer g.unserving(key)
 	srv.Handler = dns.HandlerFunc(g.handleDNS)
+	if sb != nil {
+		srv.Handler = dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) { g.answerDNS(w, req, sb) })
+	}
 	// Every request reaches handleDNS, which answers malformed ones
 	// itself (with an event); only responses are dropped, so the
 	// gateway is never a reflector.
@@ -88,6 +97,11 @@ func remoteAddr(a net.Addr) netip.Addr {
 }
 
 func (g *Gateway) handleDNS(w dns.ResponseWriter, req *dns.Msg) {
+	g.answerDNS(w, req, g.sandboxByAddr(remoteAddr(w.RemoteAddr())))
+}
+
+// answerDNS answers req, a query of sb (nil: from no sandbox's address).
+func (g *Gateway) answerDNS(w dns.ResponseWriter, req *dns.Msg, sb *sandbox) {
 	src := remoteAddr(w.RemoteAddr())
 	reply := func(rcode int, ev Event) {
 		ev.Kind = KindDNS
@@ -108,7 +122,6 @@ func (g *Gateway) handleDNS(w dns.ResponseWriter, req *dns.Msg) {
 	if len(req.Question) == 1 {
 		name = req.Question[0].Name
 	}
-	sb := g.sandboxByAddr(src)
 	if sb == nil {
 		reply(dns.RcodeRefused, Event{Name: name, Reason: fmt.Sprintf("query from %v, which is no sandbox's address", src), Rule: -1})
 		return

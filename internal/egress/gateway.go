@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
+	"reflect"
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/miekg/dns"
 )
 
 // Policy is what the gateway asks of a sandbox's policy
@@ -178,6 +182,8 @@ type sandbox struct {
 	nrec    int
 
 	dnsInflight chan struct{} // a semaphore of maxDNSInflight
+
+	listeners []io.Closer // its own (AttachListeners), closed by close
 }
 
 func (sb *sandbox) snapshot() (Policy, uint64, bool) {
@@ -213,6 +219,50 @@ func (g *Gateway) Attach(sandboxID string, addr netip.Addr, p Policy) error {
 	}
 	g.byID[sandboxID] = sb
 	g.byAddr[addr] = sb
+	return nil
+}
+
+// AttachListeners makes the gateway serve sandbox sandboxID, under policy
+// p, on listeners of its own (internal/network's egress networks: sockets
+// in the sandbox's gateway namespace, which only its guest reaches). The
+// listener, not the source address, identifies the sandbox, so every
+// sandbox may use the same address. Any listener may be nil. They are
+// served until Detach (or Close), which closes them.
+func (g *Gateway) AttachListeners(sandboxID string, p Policy, proxy net.Listener, dnsUDP net.PacketConn, dnsTCP net.Listener) error {
+	if sandboxID == "" || p == nil {
+		return fmt.Errorf("attach %q: %w", sandboxID, ErrInvalid)
+	}
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return ErrClosed
+	}
+	if _, ok := g.byID[sandboxID]; ok {
+		g.mu.Unlock()
+		return fmt.Errorf("attach %q: %w", sandboxID, ErrExists)
+	}
+	sb := &sandbox{
+		id: sandboxID, policy: p,
+		conns:       map[*proxyConn]struct{}{},
+		records:     map[netip.Addr]map[string]time.Time{},
+		dnsInflight: make(chan struct{}, maxDNSInflight),
+	}
+	for _, c := range []io.Closer{proxy, dnsUDP, dnsTCP} {
+		if c != nil && !reflect.ValueOf(c).IsNil() {
+			sb.listeners = append(sb.listeners, c)
+		}
+	}
+	g.byID[sandboxID] = sb
+	g.mu.Unlock()
+	if proxy != nil {
+		go g.serveProxyFor(proxy, sb)
+	}
+	if dnsUDP != nil {
+		go g.serveDNSFor(&dns.Server{PacketConn: dnsUDP, UDPSize: 4096}, dnsUDP, dnsUDP.Close, sb)
+	}
+	if dnsTCP != nil {
+		go g.serveDNSFor(&dns.Server{Listener: dnsTCP}, dnsTCP, dnsTCP.Close, sb)
+	}
 	return nil
 }
 
@@ -271,7 +321,9 @@ func (g *Gateway) Detach(sandboxID string) {
 	sb := g.byID[sandboxID]
 	if sb != nil {
 		delete(g.byID, sandboxID)
-		delete(g.byAddr, sb.addr)
+		if g.byAddr[sb.addr] == sb {
+			delete(g.byAddr, sb.addr)
+		}
 	}
 	g.mu.Unlock()
 	if sb != nil {
@@ -280,6 +332,9 @@ func (g *Gateway) Detach(sandboxID string) {
 }
 
 func (sb *sandbox) close() {
+	for _, l := range sb.listeners {
+		l.Close()
+	}
 	sb.mu.Lock()
 	sb.detached = true
 	conns := sb.conns

@@ -39,7 +39,11 @@ const (
 // ServeProxy serves the sandboxes' redirected TCP connections accepted
 // on l until l is closed or the gateway is; it then returns an error
 // wrapping net.ErrClosed, or ErrClosed.
-func (g *Gateway) ServeProxy(l net.Listener) error {
+func (g *Gateway) ServeProxy(l net.Listener) error { return g.serveProxyFor(l, nil) }
+
+// serveProxyFor serves l; with sb set every connection is sb's, whatever
+// its source (its own listener: see AttachListeners).
+func (g *Gateway) serveProxyFor(l net.Listener, sb *sandbox) error {
 	if !g.serving(l, l.Close) {
 		return ErrClosed
 	}
@@ -61,7 +65,11 @@ func (g *Gateway) ServeProxy(l net.Listener) error {
 			continue
 		}
 		backoff = 0
-		go g.handleConn(c)
+		if sb != nil {
+			go g.handleConnOf(c, sb)
+		} else {
+			go g.handleConn(c)
+		}
 	}
 }
 
@@ -157,6 +165,11 @@ func addrPortOf(a net.Addr) netip.AddrPort {
 }
 
 func (g *Gateway) handleConn(c net.Conn) {
+	g.handleConnOf(c, g.sandboxByAddr(remoteAddr(c.RemoteAddr())))
+}
+
+// handleConnOf serves c, a connection of sb (nil: from no sandbox's address).
+func (g *Gateway) handleConnOf(c net.Conn, sb *sandbox) {
 	ev := Event{Kind: KindTCP, Rule: -1}
 	deny := func(reason string) {
 		ev.Allowed, ev.Reason = false, reason
@@ -164,7 +177,6 @@ func (g *Gateway) handleConn(c net.Conn) {
 		resetConn(c)
 	}
 	src := remoteAddr(c.RemoteAddr())
-	sb := g.sandboxByAddr(src)
 	if sb == nil {
 		deny(fmt.Sprintf("connection from %v, which is no sandbox's address", src))
 		return

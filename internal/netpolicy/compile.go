@@ -41,6 +41,10 @@ type Decision struct {
 	// allowed connection). Inject is shared: read it, do not modify it.
 	TLS    TLSMode
 	Inject *Inject
+	// ByName is set when a domain rule admitted the connection by its name
+	// (not its address): the gateway then also requires that its DNS
+	// handed the destination address to this sandbox for that name.
+	ByName bool
 }
 
 // Compile validates p and prepares it for decisions under g.
@@ -226,7 +230,9 @@ func (c *Compiled) Conn(name string, ip netip.Addr, port uint16, proto string) D
 				return c.decide(i, p.String())
 			}
 		case byName:
-			return c.decide(i, pat)
+			d := c.decide(i, pat)
+			d.ByName = true
+			return d
 		default:
 			return c.decide(i, p.String())
 		}

@@ -459,6 +459,10 @@ func (w *Worker) adoptOne(ctx context.Context, id string) (_ runtime.Sandbox, _ 
 	if err != nil {
 		return nil, nil, false, fmt.Errorf("adopt runtime sandbox: %w", err)
 	}
+	// The gateway's listeners went with the previous worker process.
+	if err := w.attachGateway(id); err != nil {
+		w.log.Warn("egress gateway of an adopted sandbox", "sandbox", id, "err", err)
+	}
 	ac := newAgentClient(h)
 	if st == runtime.StatusPaused {
 		return h, ac, true, nil // the agent is frozen; it answers after resume

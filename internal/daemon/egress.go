@@ -1,0 +1,117 @@
+package daemon
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strings"
+
+	"github.com/miekg/dns"
+
+	"github.com/airlock/airlock/internal/egress"
+	"github.com/airlock/airlock/internal/netpolicy"
+	"github.com/airlock/airlock/internal/network"
+	"github.com/airlock/airlock/internal/worker"
+)
+
+// Egress (--egress, off by default while the feature is built out): every
+// gVisor sandbox of the worker gets an egress network (internal/network)
+// whose traffic the worker's gateway (internal/egress) admits under the
+// worker's profile (--egress-profile: public or none, netpolicy's
+// built-ins). Per-sandbox policies, operator profiles and their API come
+// with the rest of the egress issue (docs/network.md).
+
+type egressFlags struct {
+	on       *bool
+	resolver *string
+	profile  *string
+}
+
+func addEgressFlags(fs *flag.FlagSet) egressFlags {
+	return egressFlags{
+		on:       fs.Bool("egress", false, "give gVisor sandboxes a network whose traffic goes only through the worker's egress gateway (experimental)"),
+		resolver: fs.String("egress-resolver", "", "upstream DNS resolver(s) of the egress gateway, comma-separated `ADDR:PORT` (default: the host's, from /etc/resolv.conf)"),
+		profile:  fs.String("egress-profile", netpolicy.ProfilePublic, "what sandboxes may reach: public (any public address, nothing private) or none"),
+	}
+}
+
+// gateway returns the worker's network config and gateway (zero and nil
+// without --egress).
+func (f egressFlags) gateway(log *slog.Logger) (network.Config, worker.Gateway, error) {
+	if !*f.on {
+		return network.Config{}, nil, nil
+	}
+	p, ok := netpolicy.Builtin(*f.profile)
+	if !ok {
+		return network.Config{}, nil, fmt.Errorf("--egress-profile %q: want %s or %s", *f.profile, netpolicy.ProfilePublic, netpolicy.ProfileNone)
+	}
+	c, err := netpolicy.Compile(p, netpolicy.DefaultGuard(hostPrefixes()...))
+	if err != nil {
+		return network.Config{}, nil, err
+	}
+	ups, err := resolvers(*f.resolver)
+	if err != nil {
+		return network.Config{}, nil, err
+	}
+	glog := log.With("component", "egress")
+	gw := egress.New(egress.Config{Upstreams: ups, Logger: glog, OnEvent: func(ev egress.Event) {
+		if !ev.Allowed {
+			glog.Info("egress denied", "sandbox", ev.SandboxID, "kind", ev.Kind, "name", ev.Name, "sni", ev.SNI, "host", ev.Host, "ip", ev.IP, "port", ev.Port, "reason", ev.Reason)
+		}
+	}})
+	return network.Config{Egress: true}, &gatewayAdapter{gw: gw, policy: egress.FromPolicy(c)}, nil
+}
+
+// gatewayAdapter attaches sandboxes' listeners to the gateway under the
+// worker's profile.
+type gatewayAdapter struct {
+	gw     *egress.Gateway
+	policy egress.Policy
+}
+
+func (a *gatewayAdapter) Attach(id string, ls network.Listeners) error {
+	a.gw.Detach(id) // attaching again replaces the listeners
+	return a.gw.AttachListeners(id, a.policy, ls.Proxy, ls.DNS, ls.DNSTCP)
+}
+
+func (a *gatewayAdapter) Detach(id string) { a.gw.Detach(id) }
+
+// resolvers parses --egress-resolver, or reads the host's resolvers.
+func resolvers(flagValue string) ([]string, error) {
+	var out []string
+	if flagValue != "" {
+		for _, s := range strings.Split(flagValue, ",") {
+			ap, err := netip.ParseAddrPort(strings.TrimSpace(s))
+			if err != nil {
+				return nil, fmt.Errorf("--egress-resolver %q: want ADDR:PORT, e.g. 192.0.2.53:53", s)
+			}
+			out = append(out, ap.String())
+		}
+		return out, nil
+	}
+	cc, err := dns.ClientConfigFromFile("/etc/resolv.conf")
+	if err != nil || len(cc.Servers) == 0 {
+		return nil, fmt.Errorf("--egress: no resolver in /etc/resolv.conf (%v); name one with --egress-resolver ADDR:PORT", err)
+	}
+	for _, s := range cc.Servers {
+		out = append(out, net.JoinHostPort(s, cc.Port))
+	}
+	return out, nil
+}
+
+// hostPrefixes are the host's own addresses, which no sandbox may reach.
+func hostPrefixes() []netip.Prefix {
+	addrs, _ := net.InterfaceAddrs()
+	var out []netip.Prefix
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok {
+				ip = ip.Unmap()
+				out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,22 @@
+package egress
+
+import (
+	"net/netip"
+
+	"github.com/airlock/airlock/internal/netpolicy"
+)
+
+// FromPolicy is a compiled NetworkPolicyV1 as the gateway asks it.
+func FromPolicy(c *netpolicy.Compiled) Policy { return compiled{c} }
+
+type compiled struct{ c *netpolicy.Compiled }
+
+func (p compiled) Name(name string) Decision { return decision(p.c.Name(name)) }
+
+func (p compiled) Conn(name string, ip netip.Addr, port uint16, proto string) Decision {
+	return decision(p.c.Conn(name, ip, port, proto))
+}
+
+func decision(d netpolicy.Decision) Decision {
+	return Decision{Allow: d.Allow, Rule: d.Rule, Reason: d.Reason, TLS: string(d.TLS), ByName: d.ByName}
+}
