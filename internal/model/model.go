@@ -139,6 +139,9 @@ type Sandbox struct {
 	// PublicTraffic lets requests reach the sandbox's ports (other than
 	// envd's) without its traffic token (see service.CheckTraffic).
 	PublicTraffic bool `json:"public_traffic,omitempty"`
+	// Network is the sandbox's egress policy (nil in records from before
+	// egress policies: the worker's default applies).
+	Network *SandboxNetwork `json:"network,omitempty"`
 	// SnapshotID and SnapshotBytes describe the snapshot of a suspended
 	// sandbox (or the last one taken).
 	SnapshotID    string `json:"snapshot_id,omitempty"`
@@ -292,7 +295,44 @@ type Org struct {
 	// Quotas bound what the org's sandboxes may hold at once; operators
 	// set them.
 	Quotas Quotas `json:"quotas"`
+	// Network is what the org's sandboxes may choose for their egress;
+	// operators set it.
+	Network OrgNetwork `json:"network"`
 }
+
+// SandboxNetwork is a sandbox's egress policy (internal/netpolicy,
+// NetworkPolicyV1): the policy in force, and the operator profile it came
+// from ("" for an inline policy). A profile is resolved when it is set: a
+// later change of the profile reaches a sandbox when its network is set
+// again.
+type SandboxNetwork struct {
+	Profile string          `json:"profile,omitempty"`
+	Policy  json.RawMessage `json:"policy"`
+}
+
+// NetworkProfile is an operator's named egress policy.
+type NetworkProfile struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Policy      json.RawMessage `json:"policy"`
+	Builtin     bool            `json:"builtin,omitempty"` // none and public: not stored, cannot be removed
+	CreatedAt   time.Time       `json:"created_at"`
+	UpdatedAt   time.Time       `json:"updated_at"`
+}
+
+// OrgNetwork is what an org's sandboxes may choose for their egress:
+// the profiles they may name (empty: only Default), the profile they get
+// without asking (empty: DefaultNetworkProfile), and whether they may send
+// policies of their own.
+type OrgNetwork struct {
+	Profiles       []string `json:"profiles,omitempty"`
+	Default        string   `json:"default_profile,omitempty"`
+	InlinePolicies bool     `json:"inline_policies,omitempty"`
+}
+
+// DefaultNetworkProfile is the profile of an org that names none: any
+// public address, nothing private (netpolicy.Public).
+const DefaultNetworkProfile = "public"
 
 // Quotas are an org's limits; 0 in a field means unlimited. Sandboxes,
 // VCPUs and MemoryMiB count the sandboxes that hold a worker's capacity

@@ -45,6 +45,7 @@ type Tx interface {
 	Templates
 	Sandboxes
 	Pools
+	NetworkProfiles
 	Operations
 	Events
 	Settings
@@ -142,6 +143,17 @@ type Pools interface {
 	PutPool(ctx context.Context, p model.Pool) error
 	ListPools(ctx context.Context) ([]model.Pool, error)
 	DeletePool(ctx context.Context, digest string) error
+}
+
+// NetworkProfiles are the operators' named egress policies (the built-in
+// ones are not stored).
+type NetworkProfiles interface {
+	// PutNetworkProfile upserts (CreatedAt is kept on update).
+	PutNetworkProfile(ctx context.Context, p model.NetworkProfile) error
+	GetNetworkProfile(ctx context.Context, name string) (model.NetworkProfile, error)
+	ListNetworkProfiles(ctx context.Context) ([]model.NetworkProfile, error)
+	// DeleteNetworkProfile is ErrNotFound if absent.
+	DeleteNetworkProfile(ctx context.Context, name string) error
 }
 
 // Operations are the long-running requests on sandboxes.

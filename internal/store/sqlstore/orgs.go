@@ -11,51 +11,54 @@ import (
 
 // ---- orgs and keys
 
-const orgCols = `id, name, created_at, features, idle_suspend_s, quotas`
+const orgCols = `id, name, created_at, features, idle_suspend_s, quotas, network`
 
-func orgJSON(org model.Org) (features, quotas string, err error) {
+func orgJSON(org model.Org) (features, quotas, network string, err error) {
 	if features, err = toJSON(org.Features); err != nil {
 		return
 	}
-	quotas, err = toJSON(org.Quotas)
+	if quotas, err = toJSON(org.Quotas); err != nil {
+		return
+	}
+	network, err = toJSON(org.Network)
 	return
 }
 
 // CreateOrg inserts an org; ErrConflict if the id exists.
 func (c *conn) CreateOrg(ctx context.Context, org model.Org) error {
-	features, quotas, err := orgJSON(org)
+	features, quotas, network, err := orgJSON(org)
 	if err != nil {
 		return c.errorf("create org %s: %w", org.ID, err)
 	}
-	_, err = c.exec(ctx, `INSERT INTO orgs (`+orgCols+`) VALUES (?, ?, ?, ?, ?, ?)`,
-		org.ID, org.Name, c.d.Time(org.CreatedAt), features, org.IdleSuspendS, quotas)
+	_, err = c.exec(ctx, `INSERT INTO orgs (`+orgCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		org.ID, org.Name, c.d.Time(org.CreatedAt), features, org.IdleSuspendS, quotas, network)
 	return c.classify("create org "+org.ID, err)
 }
 
-// UpdateOrg writes the org's name, features, idle setting and quotas;
-// ErrNotFound if it does not exist.
+// UpdateOrg writes the org's name, features, idle setting, quotas and
+// network settings; ErrNotFound if it does not exist.
 func (c *conn) UpdateOrg(ctx context.Context, org model.Org) error {
-	features, quotas, err := orgJSON(org)
+	features, quotas, network, err := orgJSON(org)
 	if err != nil {
 		return c.errorf("update org %s: %w", org.ID, err)
 	}
-	res, err := c.exec(ctx, `UPDATE orgs SET name = ?, features = ?, idle_suspend_s = ?, quotas = ? WHERE id = ?`,
-		org.Name, features, org.IdleSuspendS, quotas, org.ID)
+	res, err := c.exec(ctx, `UPDATE orgs SET name = ?, features = ?, idle_suspend_s = ?, quotas = ?, network = ? WHERE id = ?`,
+		org.Name, features, org.IdleSuspendS, quotas, network, org.ID)
 	return c.affected("update org "+org.ID, res, err)
 }
 
 func scanOrg(sc scanner) (model.Org, error) {
 	var o model.Org
-	var features, quotas string
+	var features, quotas, network string
 	var idle sql.NullInt64
-	if err := sc.Scan(&o.ID, &o.Name, timeCol{&o.CreatedAt}, &features, &idle, &quotas); err != nil {
+	if err := sc.Scan(&o.ID, &o.Name, timeCol{&o.CreatedAt}, &features, &idle, &quotas, &network); err != nil {
 		return o, err
 	}
 	if idle.Valid {
 		v := idle.Int64
 		o.IdleSuspendS = &v
 	}
-	return o, errors.Join(fromJSON(features, &o.Features), fromJSON(quotas, &o.Quotas))
+	return o, errors.Join(fromJSON(features, &o.Features), fromJSON(quotas, &o.Quotas), fromJSON(network, &o.Network))
 }
 
 // GetOrg returns one org.

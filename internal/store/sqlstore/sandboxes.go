@@ -16,22 +16,34 @@ import (
 const sandboxCols = `id, org_id, template, template_digest, runtime, state, desired_state, reason,
 	worker_id, env, metadata, resources, timeout_s, generation, created_at, updated_at,
 	last_activity_at, expires_at, idle_suspend_s, no_auto_wake, snapshot_id, snapshot_bytes, pool, snapshots, public_traffic,
-	on_expiry`
+	on_expiry, network`
 
 func scanSandbox(sc scanner) (model.Sandbox, error) {
 	var sb model.Sandbox
-	var env, meta, res, snaps string
+	var env, meta, res, snaps, netw string
 	if err := sc.Scan(&sb.ID, &sb.OrgID, &sb.Template, &sb.TemplateDigest, &sb.Runtime, &sb.State,
 		&sb.DesiredState, &sb.Reason, &sb.WorkerID, &env, &meta, &res, &sb.TimeoutS, &sb.Generation,
 		timeCol{&sb.CreatedAt}, timeCol{&sb.UpdatedAt}, timeCol{&sb.LastActivityAt}, nullTimeCol{&sb.ExpiresAt},
 		&sb.IdleSuspendS, &sb.NoAutoWake, &sb.SnapshotID, &sb.SnapshotBytes, &sb.Pool, &snaps, &sb.PublicTraffic,
-		&sb.OnExpiry); err != nil {
+		&sb.OnExpiry, &netw); err != nil {
 		return sb, err
 	}
 	var sn store.SandboxSnapshots
 	err := errors.Join(fromJSON(env, &sb.Env), fromJSON(meta, &sb.Metadata), fromJSON(res, &sb.Resources), fromJSON(snaps, &sn))
+	if netw != "" {
+		sb.Network = &model.SandboxNetwork{}
+		err = errors.Join(err, fromJSON(netw, sb.Network))
+	}
 	sn.Apply(&sb)
 	return sb, err
+}
+
+// networkJSON encodes sb.Network ("" for none).
+func networkJSON(sb model.Sandbox) (string, error) {
+	if sb.Network == nil {
+		return "", nil
+	}
+	return toJSON(sb.Network)
 }
 
 // sandboxJSON encodes the JSON columns of sb.
@@ -69,14 +81,18 @@ func (c *conn) CreateSandbox(ctx context.Context, sb model.Sandbox, op model.Ope
 	if err != nil {
 		return model.Sandbox{}, model.Operation{}, false, c.errorf("create sandbox %s: %w", sb.ID, err)
 	}
+	netw, err := networkJSON(sb)
+	if err != nil {
+		return model.Sandbox{}, model.Operation{}, false, c.errorf("create sandbox %s: %w", sb.ID, err)
+	}
 	return c.keyed(ctx, "create sandbox", sb, op, idempotencyKey, func(c *conn) (model.Sandbox, error) {
 		if _, err := c.exec(ctx, `INSERT INTO sandboxes (`+sandboxCols+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			sb.ID, sb.OrgID, sb.Template, sb.TemplateDigest, sb.Runtime, sb.State, sb.DesiredState,
 			sb.Reason, sb.WorkerID, env, meta, res, sb.TimeoutS, sb.Generation, c.d.Time(sb.CreatedAt),
 			c.d.Time(sb.UpdatedAt), c.d.Time(sb.LastActivityAt), c.timeOf(sb.ExpiresAt),
 			sb.IdleSuspendS, sb.NoAutoWake, sb.SnapshotID, sb.SnapshotBytes, sb.Pool, snaps, sb.PublicTraffic,
-			sb.OnExpiry); err != nil {
+			sb.OnExpiry, netw); err != nil {
 			if idempotencyKey != "" && c.d.IsUniqueViolation(err) {
 				// Perhaps a concurrent create with the same key and id.
 				return model.Sandbox{}, errKeyTaken
@@ -264,19 +280,23 @@ func (c *conn) updateSandbox(ctx context.Context, sb model.Sandbox) (model.Sandb
 	if err != nil {
 		return model.Sandbox{}, c.errorf("update sandbox %s: %w", sb.ID, err)
 	}
+	netw, err := networkJSON(sb)
+	if err != nil {
+		return model.Sandbox{}, c.errorf("update sandbox %s: %w", sb.ID, err)
+	}
 	out, err := scanSandbox(c.writeRow(ctx, `UPDATE sandboxes SET
 			template = ?, template_digest = ?, runtime = ?, state = ?, desired_state = ?,
 			reason = ?, worker_id = ?, env = ?, metadata = ?, resources = ?, timeout_s = ?,
 			generation = generation + 1, updated_at = ?,
 			last_activity_at = `+c.d.Greatest("last_activity_at", "?")+`, expires_at = ?,
 			idle_suspend_s = ?, no_auto_wake = ?, snapshot_id = ?, snapshot_bytes = ?, pool = ?, snapshots = ?,
-			public_traffic = ?, on_expiry = ?
+			public_traffic = ?, on_expiry = ?, network = ?
 		WHERE id = ? AND generation = ?
 		RETURNING `+sandboxCols,
 		sb.Template, sb.TemplateDigest, sb.Runtime, sb.State, sb.DesiredState,
 		sb.Reason, sb.WorkerID, env, meta, res, sb.TimeoutS,
 		c.d.Time(c.now()), c.d.Time(sb.LastActivityAt), c.timeOf(sb.ExpiresAt),
-		sb.IdleSuspendS, sb.NoAutoWake, sb.SnapshotID, sb.SnapshotBytes, sb.Pool, snaps, sb.PublicTraffic, sb.OnExpiry,
+		sb.IdleSuspendS, sb.NoAutoWake, sb.SnapshotID, sb.SnapshotBytes, sb.Pool, snaps, sb.PublicTraffic, sb.OnExpiry, netw,
 		sb.ID, sb.Generation))
 	if errors.Is(err, sql.ErrNoRows) {
 		var gen int64

@@ -87,6 +87,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"UpdateSandboxCreateOperation", testUpdateSandboxCreateOperation},
 		{"UpdateSandboxCreateOperationConcurrent", testUpdateSandboxCreateOperationConcurrent},
 		{"Pools", testPools},
+		{"Network", testNetwork},
 		{"ClaimSandbox", testClaimSandbox},
 		{"ClaimSandboxConcurrent", testClaimSandboxConcurrent},
 		{"InTx", testInTx},
