@@ -87,6 +87,12 @@ var routes = []route{
 	{"GET", "/v1/pools", true, (*server).listPools},
 	{"PUT", "/v1/pools/{template}", true, (*server).setPool},
 	{"DELETE", "/v1/pools/{template}", true, (*server).deletePool},
+	{"GET", "/v1/sandboxes/{id}/network", true, (*server).getSandboxNetwork},
+	{"PUT", "/v1/sandboxes/{id}/network", true, (*server).setSandboxNetwork},
+	{"GET", "/v1/network-profiles", true, (*server).listNetworkProfiles},
+	{"GET", "/v1/network-profiles/{name}", true, (*server).getNetworkProfile},
+	{"PUT", "/v1/network-profiles/{name}", true, (*server).putNetworkProfile},
+	{"DELETE", "/v1/network-profiles/{name}", true, (*server).deleteNetworkProfile},
 }
 
 // New returns the handler of the native API.

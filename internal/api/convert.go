@@ -19,6 +19,10 @@ func createParams(req apitypes.CreateSandboxRequest) service.CreateParams {
 	if ref := req.FromCheckpoint; ref != nil {
 		p.FromCheckpoint = &service.CheckpointRef{SandboxID: ref.SandboxID, Checkpoint: ref.Checkpoint}
 	}
+	if n := req.Network; n != nil {
+		np := service.NetworkParams(*n)
+		p.Network = &np
+	}
 	return p
 }
 
@@ -31,7 +35,7 @@ func forksResponse(forks []service.Created) apitypes.CreateSandboxResponse {
 }
 
 func orgUpdate(req apitypes.UpdateOrgRequest) service.OrgUpdate {
-	u := service.OrgUpdate{Features: req.Features, IdleSuspendAfterS: req.IdleSuspendAfterS}
+	u := service.OrgUpdate{Features: req.Features, IdleSuspendAfterS: req.IdleSuspendAfterS, Network: req.Network}
 	if req.Quotas != nil {
 		q := service.QuotasPatch(*req.Quotas)
 		u.Quotas = &q

@@ -11,6 +11,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/airlock/airlock/internal/egress"
+	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/netpolicy"
 	"github.com/airlock/airlock/internal/network"
 	"github.com/airlock/airlock/internal/worker"
@@ -61,22 +62,51 @@ func (f egressFlags) gateway(log *slog.Logger) (network.Config, worker.Gateway, 
 			glog.Info("egress denied", "sandbox", ev.SandboxID, "kind", ev.Kind, "name", ev.Name, "sni", ev.SNI, "host", ev.Host, "ip", ev.IP, "port", ev.Port, "reason", ev.Reason)
 		}
 	}})
-	return network.Config{Egress: true}, &gatewayAdapter{gw: gw, policy: egress.FromPolicy(c)}, nil
+	none, err := netpolicy.Compile(netpolicy.None(), netpolicy.DefaultGuard())
+	if err != nil {
+		return network.Config{}, nil, err
+	}
+	return network.Config{Egress: true}, &gatewayAdapter{gw: gw, def: egress.FromPolicy(c), none: egress.FromPolicy(none),
+		guard: netpolicy.DefaultGuard(hostPrefixes()...), log: glog}, nil
 }
 
-// gatewayAdapter attaches sandboxes' listeners to the gateway under the
-// worker's profile.
+// gatewayAdapter attaches sandboxes' listeners to the gateway under their
+// policies (the worker's profile for a sandbox without one).
 type gatewayAdapter struct {
-	gw     *egress.Gateway
-	policy egress.Policy
+	gw        *egress.Gateway
+	def, none egress.Policy
+	guard     netpolicy.Guard
+	log       *slog.Logger
 }
 
-func (a *gatewayAdapter) Attach(id string, ls network.Listeners) error {
+func (a *gatewayAdapter) Attach(id string, ls network.Listeners, n *model.SandboxNetwork) error {
 	a.gw.Detach(id) // attaching again replaces the listeners
-	return a.gw.AttachListeners(id, a.policy, ls.Proxy, ls.DNS, ls.DNSTCP)
+	return a.gw.AttachListeners(id, a.policy(id, n), ls.Proxy, ls.DNS, ls.DNSTCP)
+}
+
+func (a *gatewayAdapter) Update(id string, n *model.SandboxNetwork) error {
+	return a.gw.Update(id, a.policy(id, n))
 }
 
 func (a *gatewayAdapter) Detach(id string) { a.gw.Detach(id) }
+
+// policy compiles n; a policy that does not compile (the server validated
+// it: a newer server's?) denies everything.
+func (a *gatewayAdapter) policy(id string, n *model.SandboxNetwork) egress.Policy {
+	if n == nil || len(n.Policy) == 0 {
+		return a.def
+	}
+	p, err := netpolicy.Parse(n.Policy)
+	var c *netpolicy.Compiled
+	if err == nil {
+		c, err = netpolicy.Compile(p, a.guard)
+	}
+	if err != nil {
+		a.log.Warn("egress policy does not compile; denying all egress", "sandbox", id, "err", err)
+		return a.none
+	}
+	return egress.FromPolicy(c)
+}
 
 // resolvers parses --egress-resolver, or reads the host's resolvers.
 func resolvers(flagValue string) ([]string, error) {

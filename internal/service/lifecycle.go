@@ -413,6 +413,9 @@ func (s *Service) UpdateOrg(ctx context.Context, p Principal, id string, req Org
 	if req.Quotas != nil && !p.Operator() {
 		return model.Org{}, model.Errorf(model.ErrForbidden, "quotas are set by admins of the %q org", DefaultOrgName)
 	}
+	if req.Network != nil && !p.Operator() {
+		return model.Org{}, model.Errorf(model.ErrForbidden, "network settings are set by admins of the %q org", DefaultOrgName)
+	}
 	org, err := s.GetOrg(ctx, p, id)
 	if err != nil {
 		return model.Org{}, err
@@ -450,6 +453,12 @@ func (s *Service) UpdateOrg(ctx context.Context, p Principal, id string, req Org
 			return model.Org{}, err
 		}
 		org.Quotas = q
+	}
+	if req.Network != nil {
+		if err := s.validOrgNetwork(ctx, *req.Network); err != nil {
+			return model.Org{}, err
+		}
+		org.Network = *req.Network
 	}
 	if err := s.st.UpdateOrg(ctx, org); err != nil {
 		return model.Org{}, fmt.Errorf("update org %s: %w", id, err)

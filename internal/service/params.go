@@ -31,6 +31,8 @@ type CreateParams struct {
 	AutoWake *bool
 	// PublicTraffic lets its ports be reached without the traffic token.
 	PublicTraffic bool
+	// Network chooses its egress policy (nil: the org's default profile).
+	Network *NetworkParams
 
 	// FromCheckpoint and Count are for ForkSandboxes only: Count sandboxes
 	// (0: 1, at most MaxForks) start from that checkpoint.
@@ -103,6 +105,8 @@ type OrgUpdate struct {
 	IdleSuspendAfterS *int64
 	// Quotas sets quotas field by field (0 is unlimited); operators only.
 	Quotas *QuotasPatch
+	// Network replaces the org's network settings; operators only.
+	Network *model.OrgNetwork
 }
 
 // QuotasPatch is a partial model.Quotas: nil fields are left as they are.

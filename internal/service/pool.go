@@ -216,7 +216,7 @@ func (s *Service) claim(ctx context.Context, want model.Sandbox, idempotencyKey 
 		sb.OrgID, sb.Pool, sb.Template = want.OrgID, "", want.Template
 		sb.Env, sb.Metadata, sb.TimeoutS, sb.ExpiresAt = want.Env, want.Metadata, want.TimeoutS, want.ExpiresAt
 		sb.IdleSuspendS, sb.NoAutoWake, sb.LastActivityAt, sb.Reason = want.IdleSuspendS, want.NoAutoWake, now, ""
-		sb.PublicTraffic, sb.OnExpiry = want.PublicTraffic, want.OnExpiry
+		sb.PublicTraffic, sb.OnExpiry, sb.Network = want.PublicTraffic, want.OnExpiry, want.Network
 		op := model.Operation{
 			ID: model.NewID("op"), OrgID: want.OrgID, SandboxID: m.ID, Kind: model.OpCreate, State: model.OpSucceeded,
 			Target: model.StateRunning, CreatedAt: now, UpdatedAt: now, Deadline: now.Add(s.deadline()),

@@ -269,6 +269,14 @@ func (s *Service) newSandbox(ctx context.Context, p Principal, req CreateParams)
 	if err != nil {
 		return model.Sandbox{}, err
 	}
+	org, err := s.st.GetOrg(ctx, p.OrgID)
+	if err != nil {
+		return model.Sandbox{}, fmt.Errorf("get org %s: %w", p.OrgID, err)
+	}
+	netw, err := s.resolveNetwork(ctx, p, org, req.Network)
+	if err != nil {
+		return model.Sandbox{}, err
+	}
 	if err := s.allowCreate(p.OrgID); err != nil {
 		return model.Sandbox{}, err
 	}
@@ -278,7 +286,7 @@ func (s *Service) newSandbox(ctx context.Context, p Principal, req CreateParams)
 		Env: req.Env, Metadata: req.Metadata, TimeoutS: req.TimeoutS, OnExpiry: req.OnExpiry,
 		CreatedAt: now, UpdatedAt: now, LastActivityAt: now,
 		IdleSuspendS: idle, NoAutoWake: req.AutoWake != nil && !*req.AutoWake,
-		PublicTraffic: req.PublicTraffic,
+		PublicTraffic: req.PublicTraffic, Network: netw,
 	}
 	if req.TimeoutS > 0 {
 		exp := now.Add(time.Duration(req.TimeoutS) * time.Second)

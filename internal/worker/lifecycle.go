@@ -383,7 +383,7 @@ func (w *Worker) restoreFrom(ctx context.Context, s workerapi.SandboxSpec, m sna
 		}
 	}()
 	t0 := time.Now()
-	h, err := w.restoreRuntime(rctx, snap, spec, dir)
+	h, err := w.restoreRuntime(rctx, snap, spec, dir, s.Network)
 	if errors.Is(err, model.ErrConflict) {
 		// Leftovers of the suspended runtime (a release that failed) block
 		// the restore: release them and try once more. (Asking first would
@@ -391,7 +391,7 @@ func (w *Worker) restoreFrom(ctx context.Context, s workerapi.SandboxSpec, m sna
 		if derr := w.deleteRuntime(rctx, s.ID); derr != nil {
 			return nil, nil, fmt.Errorf("restore runtime: %w; release the leftovers: %w", err, derr)
 		}
-		h, err = w.restoreRuntime(rctx, snap, spec, dir)
+		h, err = w.restoreRuntime(rctx, snap, spec, dir, s.Network)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("restore runtime: %w", err)

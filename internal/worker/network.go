@@ -29,7 +29,7 @@ func (w *Worker) caps(ctx context.Context, name string) runtime.Caps {
 
 // withNetwork makes spec's network and runs call with it; a call that fails
 // (other than for an id that exists, whose network is in use) releases it.
-func (w *Worker) withNetwork(ctx context.Context, spec runtime.Spec, call func(runtime.Spec) (runtime.Sandbox, error)) (runtime.Sandbox, error) {
+func (w *Worker) withNetwork(ctx context.Context, spec runtime.Spec, policy *model.SandboxNetwork, call func(runtime.Spec) (runtime.Sandbox, error)) (runtime.Sandbox, error) {
 	// "auto" lands on one runtime; decide it once, so the network made is
 	// the one that runtime takes.
 	if r, ok := w.cfg.Driver.(interface{ Resolve(string) (string, error) }); ok {
@@ -43,7 +43,7 @@ func (w *Worker) withNetwork(ctx context.Context, spec runtime.Spec, call func(r
 	if err != nil {
 		return nil, err
 	}
-	if err := w.attachGateway(spec.ID); err != nil {
+	if err := w.attachGateway(spec.ID, policy); err != nil {
 		return nil, errors.Join(err, network.Release(context.WithoutCancel(ctx), spec.ID))
 	}
 	spec.Network = n
@@ -56,8 +56,8 @@ func (w *Worker) withNetwork(ctx context.Context, spec runtime.Spec, call func(r
 }
 
 // attachGateway opens sandbox id's gateway listeners, if it has an egress
-// network, and hands them to the gateway.
-func (w *Worker) attachGateway(id string) error {
+// network, and hands them to the gateway under policy.
+func (w *Worker) attachGateway(id string, policy *model.SandboxNetwork) error {
 	if w.cfg.Gateway == nil || !w.cfg.Network.Egress || !network.HasGateway(id) {
 		return nil
 	}
@@ -65,11 +65,42 @@ func (w *Worker) attachGateway(id string) error {
 	if err != nil {
 		return err
 	}
-	if err := w.cfg.Gateway.Attach(id, ls); err != nil {
+	if err := w.cfg.Gateway.Attach(id, ls, policy); err != nil {
 		ls.Close()
 		return err
 	}
 	return nil
+}
+
+// noEgress is the policy of runtimes the worker runs for itself.
+var noEgress = &model.SandboxNetwork{Profile: "none", Policy: []byte(`{"version":1,"default":"deny"}`)}
+
+// networkPolicy is the egress policy of sandbox id's assignment (nil: none
+// known, the gateway's default).
+func (w *Worker) networkPolicy(id string) *model.SandboxNetwork {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if sb := w.sandboxes[id]; sb != nil {
+		return sb.spec.Network
+	}
+	return nil
+}
+
+// updateGateway applies a changed policy of sandbox id; w.mu is held.
+func (w *Worker) updateGateway(id string, old, now *model.SandboxNetwork) {
+	if w.cfg.Gateway == nil || !w.cfg.Network.Egress || sameNetwork(old, now) {
+		return
+	}
+	if err := w.cfg.Gateway.Update(id, now); err != nil && network.HasGateway(id) {
+		w.log.Warn("egress policy update", "sandbox", id, "err", err)
+	}
+}
+
+func sameNetwork(a, b *model.SandboxNetwork) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Profile == b.Profile && string(a.Policy) == string(b.Policy)
 }
 
 func (w *Worker) detachGateway(id string) {
@@ -78,14 +109,15 @@ func (w *Worker) detachGateway(id string) {
 	}
 }
 
-// startRuntime starts spec in a network of its own.
-func (w *Worker) startRuntime(ctx context.Context, spec runtime.Spec) (runtime.Sandbox, error) {
-	return w.withNetwork(ctx, spec, func(spec runtime.Spec) (runtime.Sandbox, error) { return w.cfg.Driver.Start(ctx, spec) })
+// startRuntime starts spec in a network of its own, under egress policy
+// (nil: the gateway's default).
+func (w *Worker) startRuntime(ctx context.Context, spec runtime.Spec, policy *model.SandboxNetwork) (runtime.Sandbox, error) {
+	return w.withNetwork(ctx, spec, policy, func(spec runtime.Spec) (runtime.Sandbox, error) { return w.cfg.Driver.Start(ctx, spec) })
 }
 
 // restoreRuntime restores spec from dir in a network of its own.
-func (w *Worker) restoreRuntime(ctx context.Context, snap runtime.Snapshotter, spec runtime.Spec, dir string) (runtime.Sandbox, error) {
-	return w.withNetwork(ctx, spec, func(spec runtime.Spec) (runtime.Sandbox, error) { return snap.Restore(ctx, spec, dir) })
+func (w *Worker) restoreRuntime(ctx context.Context, snap runtime.Snapshotter, spec runtime.Spec, dir string, policy *model.SandboxNetwork) (runtime.Sandbox, error) {
+	return w.withNetwork(ctx, spec, policy, func(spec runtime.Spec) (runtime.Sandbox, error) { return snap.Restore(ctx, spec, dir) })
 }
 
 // deleteRuntime releases sandbox id's runtime and then its network.

@@ -71,7 +71,7 @@ func TestNetworkAroundRuntime(t *testing.T) {
 
 	id := model.NewID("sb")
 	t.Cleanup(func() { network.Release(ctx, id) })
-	if _, err := w.startRuntime(ctx, runtime.Spec{ID: id, Runtime: d.Name()}); err != nil {
+	if _, err := w.startRuntime(ctx, runtime.Spec{ID: id, Runtime: d.Name()}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if d.got.Namespace != network.Path(id) || len(d.got.Interfaces) != 1 || d.got.Interfaces[0].Name != network.TapName || !d.existed {
@@ -85,7 +85,7 @@ func TestNetworkAroundRuntime(t *testing.T) {
 	}
 
 	// Restore, the same.
-	if _, err := w.restoreRuntime(ctx, d, runtime.Spec{ID: id, Runtime: d.Name()}, t.TempDir()); err != nil {
+	if _, err := w.restoreRuntime(ctx, d, runtime.Spec{ID: id, Runtime: d.Name()}, t.TempDir(), nil); err != nil {
 		t.Fatal(err)
 	}
 	if !d.existed {
@@ -98,14 +98,14 @@ func TestNetworkAroundRuntime(t *testing.T) {
 	// A failed start leaves no network; one refused for an existing id
 	// (ErrConflict) leaves the network in place (it is that sandbox's).
 	d.failStart = errors.New("boom")
-	if _, err := w.startRuntime(ctx, runtime.Spec{ID: id, Runtime: d.Name()}); err == nil {
+	if _, err := w.startRuntime(ctx, runtime.Spec{ID: id, Runtime: d.Name()}, nil); err == nil {
 		t.Fatal("start did not fail")
 	}
 	if network.Exists(id) {
 		t.Errorf("a failed start left its namespace")
 	}
 	d.failStart = model.ErrConflict
-	w.startRuntime(ctx, runtime.Spec{ID: id, Runtime: d.Name()})
+	w.startRuntime(ctx, runtime.Spec{ID: id, Runtime: d.Name()}, nil)
 	if !network.Exists(id) {
 		t.Errorf("a start refused for an existing id released the namespace")
 	}
@@ -115,7 +115,7 @@ func TestNetworkAroundRuntime(t *testing.T) {
 
 	// No network device: nothing made, the zero Network handed over.
 	d.caps, d.failStart = runtime.Caps{Snapshot: true}, nil
-	if _, err := w.startRuntime(ctx, runtime.Spec{ID: id, Runtime: d.Name()}); err != nil {
+	if _, err := w.startRuntime(ctx, runtime.Spec{ID: id, Runtime: d.Name()}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if d.got.Namespace != "" || len(d.got.Interfaces) != 0 || network.Exists(id) {
@@ -136,7 +136,7 @@ func TestNetworkForAuto(t *testing.T) {
 	t.Cleanup(func() { network.Release(ctx, id) })
 	for _, prefer := range []bool{true, false} {
 		vm.preferred, vm.got, plain.got = prefer, runtime.Network{}, runtime.Network{}
-		if _, err := w.startRuntime(ctx, runtime.Spec{ID: id, Runtime: runtime.Auto}); err != nil {
+		if _, err := w.startRuntime(ctx, runtime.Spec{ID: id, Runtime: runtime.Auto}, nil); err != nil {
 			t.Fatal(err)
 		}
 		if prefer && (vm.got.Namespace != network.Path(id) || !vm.existed) {

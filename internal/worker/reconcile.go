@@ -128,6 +128,7 @@ func (w *Worker) execute(ctx context.Context, steps []step) {
 func (w *Worker) executeOn(ctx context.Context, sb *sandbox, s step) {
 	switch s.kind {
 	case stepAssign:
+		w.updateGateway(sb.id, sb.spec.Network, s.sandbox.Network)
 		sb.spec = s.sandbox
 		// Every assignment: a warm-pool claim changes the env of a running
 		// sandbox, and commands and envd must see the new one.

@@ -114,7 +114,9 @@ func (w *Worker) buildTemplateImage(ctx context.Context, s workerapi.SandboxSpec
 			w.log.Warn("release template image builder", "id", id, "err", derr)
 		}
 	}()
-	h, err := w.startRuntime(ctx, spec)
+	// The builder reaches nothing: a template image is the template, not
+	// a sandbox.
+	h, err := w.startRuntime(ctx, spec, noEgress)
 	if err != nil {
 		return fmt.Errorf("start: %w", err)
 	}

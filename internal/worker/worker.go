@@ -105,9 +105,13 @@ type Config struct {
 
 // Gateway is the worker's egress gateway (internal/egress).
 type Gateway interface {
-	// Attach serves sandbox id's listeners until Detach (which closes
-	// them); attaching an attached sandbox replaces its listeners.
-	Attach(id string, ls network.Listeners) error
+	// Attach serves sandbox id's listeners under policy (nil: the
+	// worker's default) until Detach (which closes them); attaching an
+	// attached sandbox replaces its listeners.
+	Attach(id string, ls network.Listeners, policy *model.SandboxNetwork) error
+	// Update applies a new policy to an attached sandbox: new connections
+	// follow it at once, open ones it denies are cut.
+	Update(id string, policy *model.SandboxNetwork) error
 	Detach(id string)
 }
 
@@ -460,7 +464,7 @@ func (w *Worker) adoptOne(ctx context.Context, id string) (_ runtime.Sandbox, _ 
 		return nil, nil, false, fmt.Errorf("adopt runtime sandbox: %w", err)
 	}
 	// The gateway's listeners went with the previous worker process.
-	if err := w.attachGateway(id); err != nil {
+	if err := w.attachGateway(id, w.networkPolicy(id)); err != nil {
 		w.log.Warn("egress gateway of an adopted sandbox", "sandbox", id, "err", err)
 	}
 	ac := newAgentClient(h)
@@ -792,7 +796,7 @@ func (w *Worker) startOne(ctx context.Context, s workerapi.SandboxSpec) (_ runti
 			}
 		}
 	}()
-	h, err := w.startRuntime(sctx, spec)
+	h, err := w.startRuntime(sctx, spec, s.Network)
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("start runtime: %w", err)
 	}

@@ -31,6 +31,7 @@ func fullSandbox(t *testing.T) model.Sandbox {
 		Task:        &model.Task{OperationID: "op-1", Kind: model.OpRollback, Checkpoint: "c1", SnapshotID: "snap-c1"},
 		Source:      &model.Source{WorkerID: "w-0", SandboxID: "sb-0", Checkpoint: "c0", SnapshotID: "snap-c0"},
 		StartedFrom: model.StartedSnapshot,
+		Network:     &model.SandboxNetwork{Profile: "dev", Policy: []byte(`{"version":1,"default":"deny"}`)},
 	}
 	v := reflect.ValueOf(sb)
 	for i := range v.NumField() {
@@ -75,7 +76,7 @@ func TestSandboxSpec(t *testing.T) {
 	}
 	// The fields the worker reads (internal/worker); one missing here is
 	// a field an assignment no longer brings it.
-	for _, n := range []string{"id", "template", "template_digest", "runtime", "state", "env", "resources", "snapshot_id", "task", "source"} {
+	for _, n := range []string{"id", "template", "template_digest", "runtime", "state", "env", "resources", "snapshot_id", "task", "source", "network"} {
 		if !slices.Contains(names, n) {
 			t.Errorf("SandboxSpec has no %q, which the worker reads", n)
 		}

@@ -183,6 +183,9 @@ type SandboxSpec struct {
 	// Source is the snapshot a fork or an import starts from instead of
 	// booting its template (model.Sandbox.Source).
 	Source *model.Source `json:"source,omitempty"`
+	// Network is the egress policy the worker's gateway applies (nil: the
+	// worker's default).
+	Network *model.SandboxNetwork `json:"network,omitempty"`
 }
 
 // SpecOf is the part of s a worker is given (SandboxSpec).
@@ -198,6 +201,7 @@ func SpecOf(s model.Sandbox) SandboxSpec {
 		SnapshotID:     s.SnapshotID,
 		Task:           s.Task,
 		Source:         s.Source,
+		Network:        s.Network,
 	}
 }
 

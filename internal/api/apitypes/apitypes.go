@@ -6,6 +6,7 @@
 package apitypes
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/airlock/airlock/internal/agentapi"
@@ -31,6 +32,9 @@ type CreateSandboxRequest struct {
 	// through the server's sandbox router without the traffic token
 	// (absent: false; GET /v1/sandboxes/{id} returns the token).
 	PublicTraffic bool `json:"public_traffic,omitempty"`
+	// Network chooses the sandbox's egress (absent: its org's default
+	// profile; docs/network.md).
+	Network *NetworkRequest `json:"network,omitempty"`
 
 	// FromCheckpoint forks: Count sandboxes (default 1, at most MaxForks)
 	// start from that checkpoint of a sandbox of the caller's org, on that
@@ -44,6 +48,25 @@ type CreateSandboxRequest struct {
 	// Only in a multipart request whose first part, "request", is this
 	// JSON. Feature gate "snapshots".
 	Import string `json:"import,omitempty"`
+}
+
+// NetworkRequest chooses a sandbox's egress: a profile, or an inline
+// NetworkPolicyV1 (if the org may send its own). It is the network field
+// of a create and the body of PUT /v1/sandboxes/{id}/network.
+type NetworkRequest struct {
+	Profile string          `json:"profile,omitempty"`
+	Policy  json.RawMessage `json:"policy,omitempty"`
+}
+
+// NetworkProfileRequest is the body of PUT /v1/network-profiles/{name}.
+type NetworkProfileRequest struct {
+	Description string          `json:"description,omitempty"`
+	Policy      json.RawMessage `json:"policy"`
+}
+
+// NetworkProfilesResponse is the body of GET /v1/network-profiles.
+type NetworkProfilesResponse struct {
+	Profiles []model.NetworkProfile `json:"profiles"`
 }
 
 // SandboxResponse is the body of GET /v1/sandboxes/{id}: the sandbox and,
@@ -177,6 +200,9 @@ type UpdateOrgRequest struct {
 	// Quotas sets the org's quotas, field by field (absent fields are left
 	// as they are; 0 is unlimited); operators only.
 	Quotas *QuotasPatch `json:"quotas,omitempty"`
+	// Network replaces the org's network settings (profiles it may use,
+	// its default, inline policies); operators only.
+	Network *model.OrgNetwork `json:"network,omitempty"`
 }
 
 // QuotasPatch is a partial model.Quotas.
