@@ -78,18 +78,22 @@ var commands = []*command{
 	templateListCmd,
 	orgCreateCmd, orgGetCmd, orgSetCmd, keyCreateCmd, keyListCmd, keyRemoveCmd,
 	poolSetCmd, poolListCmd, poolRemoveCmd,
+	sandboxNetworkCmd,
+	networkProfileSetCmd, networkProfileListCmd, networkProfileRemoveCmd,
 	benchCmd,
 }
 
 // aliases maps alternative names to command names.
 var aliases = map[string]string{
-	"sandbox list":   "sandbox ls",
-	"sandbox delete": "sandbox rm",
-	"sandbox remove": "sandbox rm",
-	"template list":  "template ls",
-	"key list":       "key ls",
-	"key revoke":     "key rm",
-	"op show":        "op get",
+	"sandbox list":           "sandbox ls",
+	"sandbox delete":         "sandbox rm",
+	"sandbox remove":         "sandbox rm",
+	"template list":          "template ls",
+	"key list":               "key ls",
+	"key revoke":             "key rm",
+	"op show":                "op get",
+	"network-profile list":   "network-profile ls",
+	"network-profile remove": "network-profile rm",
 }
 
 // daemonCommands are dispatched by cmd/airlock; help only mentions them.

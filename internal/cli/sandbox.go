@@ -30,7 +30,7 @@ type createResult struct {
 
 var sandboxCreateCmd = &command{
 	name:    "sandbox create",
-	args:    "[--template base] [--env K=V]... [--metadata K=V]... [--vcpus N] [--memory MiB] [--disk MiB] [--timeout S] [--runtime R] [--idle-suspend-after 6h|0] [--no-auto-wake] [--public-traffic] [--idempotency-key K] [--no-wait] [--json]",
+	args:    "[--template base] [--env K=V]... [--metadata K=V]... [--vcpus N] [--memory MiB] [--disk MiB] [--timeout S] [--runtime R] [--idle-suspend-after 6h|0] [--no-auto-wake] [--public-traffic] [--network-profile NAME | --network-policy FILE] [--idempotency-key K] [--no-wait] [--json]",
 	summary: "create a sandbox and wait until it runs; prints its id",
 	setup: func(fs *flag.FlagSet) func(context.Context, *runner, []string) error {
 		tmpl := fs.String("template", "base", "template `name[:tag]` or digest")
@@ -46,6 +46,8 @@ var sandboxCreateCmd = &command{
 		fs.Var(idle, "idle-suspend-after", "suspend after this long without activity (`duration`; 0 never; default: the org's, else 6h)")
 		noAutoWake := fs.Bool("no-auto-wake", false, "do not wake the sandbox for commands or files while it is paused or suspended")
 		public := fs.Bool("public-traffic", false, "let anyone who knows the sandbox id reach its ports, without its traffic token (see `airlock sandbox token`)")
+		netProfile := fs.String("network-profile", "", "egress: network profile `name` (default: the org's; see `airlock network-profile ls`)")
+		netPolicy := fs.String("network-policy", "", "egress: NetworkPolicyV1 JSON `file` (- for stdin), if the org may send its own")
 		idem := fs.String("idempotency-key", "", "retry-safe `key`: the same key returns the same sandbox")
 		noWait := fs.Bool("no-wait", false, "return once the create is accepted, without waiting")
 		asJSON := fs.Bool("json", false, "print {\"sandbox\", \"operation\"} as JSON")
@@ -61,6 +63,9 @@ var sandboxCreateCmd = &command{
 				Template: *tmpl, Env: env, Metadata: meta, Runtime: *rt,
 				Resources: model.Resources{VCPUs: *vcpus, MemoryMiB: *mem, DiskMiB: *disk}, TimeoutS: *timeout,
 				PublicTraffic: *public,
+			}
+			if req.Network, err = networkRequest(r, "sandbox create", *netProfile, *netPolicy); err != nil {
+				return err
 			}
 			if idle.set {
 				req.IdleSuspendAfterS = &idle.secs

@@ -588,3 +588,38 @@ func (c *Client) streamOnce(ctx context.Context, path string, after int64, fn fu
 	}
 	return got, io.ErrUnexpectedEOF
 }
+
+// SandboxNetwork returns a sandbox's egress policy (nil for sandboxes from
+// before egress policies).
+func (c *Client) SandboxNetwork(ctx context.Context, id string) (*model.SandboxNetwork, error) {
+	var out *model.SandboxNetwork
+	err := c.do(ctx, http.MethodGet, "/v1/sandboxes/"+url.PathEscape(id)+"/network", nil, nil, &out)
+	return out, err
+}
+
+// SetSandboxNetwork replaces a sandbox's egress policy: a profile or an
+// inline NetworkPolicyV1.
+func (c *Client) SetSandboxNetwork(ctx context.Context, id string, req apitypes.NetworkRequest) (*model.SandboxNetwork, error) {
+	var out *model.SandboxNetwork
+	err := c.do(ctx, http.MethodPut, "/v1/sandboxes/"+url.PathEscape(id)+"/network", nil, req, &out)
+	return out, err
+}
+
+// ListNetworkProfiles lists the built-in and the operators' profiles.
+func (c *Client) ListNetworkProfiles(ctx context.Context) ([]model.NetworkProfile, error) {
+	var out apitypes.NetworkProfilesResponse
+	err := c.do(ctx, http.MethodGet, "/v1/network-profiles", nil, nil, &out)
+	return out.Profiles, err
+}
+
+// PutNetworkProfile creates or replaces an operator profile (operators).
+func (c *Client) PutNetworkProfile(ctx context.Context, name string, req apitypes.NetworkProfileRequest) (model.NetworkProfile, error) {
+	var out model.NetworkProfile
+	err := c.do(ctx, http.MethodPut, "/v1/network-profiles/"+url.PathEscape(name), nil, req, &out)
+	return out, err
+}
+
+// DeleteNetworkProfile removes an operator profile (operators).
+func (c *Client) DeleteNetworkProfile(ctx context.Context, name string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/network-profiles/"+url.PathEscape(name), nil, nil, nil)
+}

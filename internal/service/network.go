@@ -22,9 +22,9 @@ import (
 //   - an org may always choose "none", and otherwise the profiles its
 //     settings list (model.OrgNetwork.Profiles; none listed: only its
 //     default);
-//   - inline policies need the org's InlinePolicies, or an operator;
-//   - operators (admins of the default org) define profiles and set orgs'
-//     network settings.
+//   - inline policies need the org's InlinePolicies;
+//   - operators (admins of the default org) define profiles, set orgs'
+//     network settings, and may use any profile and inline policies.
 
 // NetworkParams choose a sandbox's egress: a profile or an inline policy.
 type NetworkParams struct {
@@ -90,7 +90,7 @@ func (s *Service) resolveNetwork(ctx context.Context, p Principal, org model.Org
 	name := r.Profile
 	if name == "" {
 		name = orgDefaultProfile(org)
-	} else if !profileAllowed(org, name) {
+	} else if !p.Operator() && !profileAllowed(org, name) {
 		return nil, model.Errorf(model.ErrForbidden, "org %s may not use network profile %.80q; it may use %s", org.ID, name, strings.Join(allowedProfiles(org), ", "))
 	}
 	prof, err := s.networkProfile(ctx, name)
