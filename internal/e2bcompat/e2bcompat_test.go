@@ -331,7 +331,9 @@ func TestCreateRejects(t *testing.T) {
 	}{
 		{`{"templateID":"nope"}`, 400, "not found"},
 		{`{"templateID":"base","timeout":0}`, 400, "timeout"},
-		{`{"templateID":"base","network":{"allowOut":["1.1.1.1"]}}`, 501, "network"},
+		{`{"templateID":"base","network":{"egressProxy":{"url":"http://p"}}}`, 501, "network.egressProxy"},
+		{`{"templateID":"base","network":{"allowOut":"1.1.1.1"}}`, 400, "network.allowOut"},
+		{`{"templateID":"base","network":{"denyOut":["evil.example.com"]}}`, 400, "network"},
 		{`{"templateID":"base","volumeMounts":[{"name":"v","path":"/v"}]}`, 501, "volume"},
 		{`{"templateID":"base","autoResume":{"enabled":true}}`, 501, "autoResume"},
 		{`{"templateID":"base","metadata":{"airlock.e2b.x":"1"}}`, 400, "reserved"},
@@ -427,7 +429,6 @@ func TestUnsupportedAndUnknown(t *testing.T) {
 		{"POST", "/sandboxes/" + sb.SandboxID + "/fork", "fork"},
 		{"POST", "/sandboxes/" + sb.SandboxID + "/snapshots", "snapshots"},
 		{"GET", "/snapshots", "snapshots"},
-		{"PUT", "/sandboxes/" + sb.SandboxID + "/network", "network"},
 		{"GET", "/volumes", "volumes"},
 	} {
 		wantError(t, e.do(tc.method, tc.path, "{}"), 501, tc.msg)

@@ -135,7 +135,7 @@ func TestPortsNeedTrafficToken(t *testing.T) {
 		t.Fatalf("connect trafficAccessToken %v; want the create's", conn.TrafficAccessToken)
 	}
 	wantError(t, e.do("POST", "/sandboxes", `{"templateID":"base","network":{"allowPublicTraffic":"no"}}`), 400, "allowPublicTraffic")
-	wantError(t, e.do("POST", "/sandboxes", `{"templateID":"base","network":{"allowPublicTraffic":false,"denyOut":["0.0.0.0/0"]}}`), 501, "network.denyOut")
+	wantError(t, e.do("POST", "/sandboxes", `{"templateID":"base","network":{"allowPublicTraffic":false,"rules":[{"x":1}]}}`), 501, "network.rules")
 }
 
 // TestRouterStripsCredentials checks what the router hands the worker: the

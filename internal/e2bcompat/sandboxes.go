@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/netpolicy"
 	"github.com/airlock/airlock/internal/service"
 	"github.com/airlock/airlock/internal/token"
 )
@@ -85,10 +86,12 @@ type sandboxDetail struct {
 	Lifecycle           lifecycleJSON `json:"lifecycle"`
 }
 
-// networkJSON is E2B's SandboxNetworkConfig: of it Airlock has only
-// allowPublicTraffic.
+// networkJSON is E2B's SandboxNetworkConfig (Airlock has no header
+// transforms, egressProxy or maskRequestHost).
 type networkJSON struct {
-	AllowPublicTraffic bool `json:"allowPublicTraffic"`
+	AllowPublicTraffic bool     `json:"allowPublicTraffic"`
+	AllowOut           []string `json:"allowOut,omitempty"`
+	DenyOut            []string `json:"denyOut,omitempty"`
 }
 
 // sandboxMetric is E2B's SandboxMetric.
@@ -205,34 +208,115 @@ func (s *server) trafficToken(ctx context.Context, sb model.Sandbox) (*string, e
 	return &tok, nil
 }
 
-// allowPublicTraffic reads E2B's create option network: allowPublicTraffic
-// (absent: true, as in E2B). Every other network setting is an egress
-// rule Airlock lacks: 501.
-func allowPublicTraffic(raw json.RawMessage) (bool, error) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return true, nil
-	}
-	var n map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &n); err != nil {
-		return false, badRequest("network is not an object: %v", err)
-	}
+// e2bNetwork reads E2B's create options allowInternetAccess and network
+// (allowPublicTraffic: absent true, as in E2B; allowOut and denyOut: the
+// egress lists, netpolicy.FromE2B). It returns the public-traffic flag and
+// the egress the sandbox asks for (nil: its org's default profile). Other
+// network settings (header transforms, egressProxy, maskRequestHost) are
+// not built: 501.
+func e2bNetwork(allowInternet *bool, raw json.RawMessage) (bool, *service.NetworkParams, error) {
 	public := true
-	for k, v := range n {
-		switch vs := strings.TrimSpace(string(v)); {
-		case k == "allowPublicTraffic":
-			if vs == "null" {
-				continue
+	var allowOut, denyOut []string
+	if len(raw) > 0 && string(raw) != "null" {
+		var n map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &n); err != nil {
+			return false, nil, badRequest("network is not an object: %v", err)
+		}
+		for k, v := range n {
+			switch vs := strings.TrimSpace(string(v)); {
+			case vs == "null":
+			case k == "allowPublicTraffic":
+				if err := json.Unmarshal(v, &public); err != nil {
+					return false, nil, badRequest("network.allowPublicTraffic is %s; it must be true or false", vs)
+				}
+			case k == "allowOut" || k == "denyOut":
+				var list []string
+				if err := json.Unmarshal(v, &list); err != nil {
+					return false, nil, badRequest("network.%s is %.80s; it must be a list of CIDRs, IPs or domain names", k, vs)
+				}
+				if k == "allowOut" {
+					allowOut = list
+				} else {
+					denyOut = list
+				}
+			case vs == "[]", vs == "{}", vs == `""`:
+				// an empty setting is no setting
+			default:
+				return false, nil, notSupported("network.%s is not supported by Airlock; network.allowOut, network.denyOut and network.allowPublicTraffic are", k)
 			}
-			if err := json.Unmarshal(v, &public); err != nil {
-				return false, badRequest("network.allowPublicTraffic is %s; it must be true or false", vs)
-			}
-		case vs == "null", vs == "[]", vs == "{}", vs == `""`:
-			// an empty setting is no setting
-		default:
-			return false, notSupported("network.%s: network rules are not supported by Airlock (sandboxes have loopback networking only); only network.allowPublicTraffic is accepted", k)
 		}
 	}
-	return public, nil
+	np, err := egressParams(allowInternet, allowOut, denyOut)
+	return public, np, err
+}
+
+// egressParams maps E2B's egress settings onto a network choice: nothing
+// set (or internet allowed with no lists) is the org's default; internet
+// denied with no lists is the "none" profile; lists are an inline policy.
+func egressParams(allowInternet *bool, allowOut, denyOut []string) (*service.NetworkParams, error) {
+	if len(allowOut) == 0 && len(denyOut) == 0 {
+		if allowInternet != nil && !*allowInternet {
+			return &service.NetworkParams{Profile: netpolicy.ProfileNone}, nil
+		}
+		return nil, nil
+	}
+	pol, err := netpolicy.FromE2B(allowInternet, allowOut, denyOut)
+	if err != nil {
+		return nil, badRequest("network: %v", err)
+	}
+	b, err := json.Marshal(pol)
+	if err != nil {
+		return nil, err
+	}
+	return &service.NetworkParams{Policy: b}, nil
+}
+
+// e2bEgress is what getInfo reports of sb's egress.
+func e2bEgress(sb model.Sandbox) (allowInternet bool, allowOut, denyOut []string) {
+	if sb.Network == nil {
+		return true, nil, nil // the worker's default
+	}
+	pol, err := netpolicy.Parse(sb.Network.Policy)
+	if err != nil {
+		return false, nil, nil
+	}
+	return pol.E2B()
+}
+
+// updateNetwork serves PUT /sandboxes/{id}/network {allowOut, denyOut,
+// allowInternetAccess} (also accepted nested under "network"): 204.
+func (s *server) updateNetwork(w http.ResponseWriter, r *http.Request, p service.Principal) error {
+	var req struct {
+		AllowOut            []string `json:"allowOut"`
+		DenyOut             []string `json:"denyOut"`
+		AllowInternetAccess *bool    `json:"allowInternetAccess"`
+		Network             *struct {
+			AllowOut []string `json:"allowOut"`
+			DenyOut  []string `json:"denyOut"`
+		} `json:"network"`
+	}
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	if req.Network != nil {
+		req.AllowOut, req.DenyOut = append(req.AllowOut, req.Network.AllowOut...), append(req.DenyOut, req.Network.DenyOut...)
+	}
+	id := r.PathValue("id")
+	if _, err := s.visible(r.Context(), p, id); err != nil {
+		return err
+	}
+	np, err := egressParams(req.AllowInternetAccess, req.AllowOut, req.DenyOut)
+	if err != nil {
+		return err
+	}
+	if np == nil {
+		np = &service.NetworkParams{Profile: netpolicy.ProfilePublic}
+	}
+	if _, err := s.svc.SetSandboxNetwork(r.Context(), p, id, *np); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 func listed(sb model.Sandbox) listedSandbox {
@@ -270,7 +354,7 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p service.Princi
 	if err := decode(r, &req); err != nil {
 		return err
 	}
-	public, err := allowPublicTraffic(req.Network)
+	public, egress, err := e2bNetwork(req.AllowInternetAccess, req.Network)
 	if err != nil {
 		return err
 	}
@@ -308,6 +392,7 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p service.Princi
 	}
 	sb, op, err := s.svc.CreateSandbox(r.Context(), p, service.CreateParams{
 		Template: ref, Env: req.EnvVars, Metadata: md, TimeoutS: timeout, OnExpiry: onExpiry, PublicTraffic: public,
+		Network: egress,
 	}, r.Header.Get("Idempotency-Key"))
 	if err != nil {
 		return err
@@ -431,10 +516,12 @@ func (s *server) get(w http.ResponseWriter, r *http.Request, p service.Principal
 	if err != nil {
 		return err
 	}
+	internet, allowOut, denyOut := e2bEgress(sb)
 	writeJSON(w, http.StatusOK, sandboxDetail{
 		listedSandbox: listed(sb), EnvdAccessToken: tok, TrafficAccessToken: traffic,
-		Network:   networkJSON{AllowPublicTraffic: sb.PublicTraffic},
-		Lifecycle: lifecycleJSON{OnTimeout: onTimeout},
+		AllowInternetAccess: internet,
+		Network:             networkJSON{AllowPublicTraffic: sb.PublicTraffic, AllowOut: allowOut, DenyOut: denyOut},
+		Lifecycle:           lifecycleJSON{OnTimeout: onTimeout},
 	})
 	return nil
 }

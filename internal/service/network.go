@@ -22,7 +22,9 @@ import (
 //   - an org may always choose "none", and otherwise the profiles its
 //     settings list (model.OrgNetwork.Profiles; none listed: only its
 //     default);
-//   - inline policies need the org's InlinePolicies;
+//   - inline policies need the org's InlinePolicies (the default org, the
+//     installation's own, always may: E2B's allowOut and denyOut are inline
+//     policies, and `airlock up` users are in it);
 //   - operators (admins of the default org) define profiles, set orgs'
 //     network settings, and may use any profile and inline policies.
 
@@ -71,7 +73,7 @@ func (s *Service) resolveNetwork(ctx context.Context, p Principal, org model.Org
 		return nil, model.Errorf(model.ErrUnprocessable, "network: set either profile or policy, not both")
 	}
 	if len(r.Policy) > 0 {
-		if !p.Operator() && !org.Network.InlinePolicies {
+		if !p.Operator() && !org.Network.InlinePolicies && org.ID != DefaultOrgID {
 			return nil, model.Errorf(model.ErrForbidden, "org %s may not send network policies of its own; choose a profile (network.profile) or ask an operator to allow inline policies", org.ID)
 		}
 		pol, err := netpolicy.Parse(r.Policy)
