@@ -25,7 +25,7 @@
 // The sockets are opened on a thread that entered the namespace; the
 // servers run on ordinary goroutines (a socket stays in the namespace it
 // was made in). Creating a namespace needs root; Start skips the test
-// otherwise.
+// otherwise, and in the fast tier (-short).
 package egresstest
 
 import (
@@ -57,6 +57,8 @@ import (
 	"github.com/miekg/dns"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+
+	"github.com/airlock/airlock/internal/testenv"
 )
 
 // Zone is the test internet's DNS zone.
@@ -138,9 +140,7 @@ func Name(name string) string { return strings.TrimSuffix(name+"."+Zone, ".") }
 // without root.
 func Start(tb testing.TB, cfg Config) *Internet {
 	tb.Helper()
-	if os.Geteuid() != 0 {
-		tb.Skip("egresstest: needs root (a network namespace, a veth and servers in it): run as root, e.g. sudo ./scripts/test.sh")
-	}
+	testenv.RequireRoot(tb, "egresstest: a network namespace, a veth and servers in it")
 	in, err := New(cfg)
 	if err != nil {
 		tb.Fatalf("egresstest: %v", err)
