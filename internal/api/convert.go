@@ -20,8 +20,7 @@ func createParams(req apitypes.CreateSandboxRequest) service.CreateParams {
 		p.FromCheckpoint = &service.CheckpointRef{SandboxID: ref.SandboxID, Checkpoint: ref.Checkpoint}
 	}
 	if n := req.Network; n != nil {
-		np := service.NetworkParams(*n)
-		p.Network = &np
+		p.Network = &service.NetworkParams{Profile: n.Profile, Policy: n.Policy}
 	}
 	return p
 }

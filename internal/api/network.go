@@ -31,7 +31,7 @@ func (s *server) setSandboxNetwork(w http.ResponseWriter, r *http.Request, p ser
 	if err := decode(w, r, &req, false); err != nil {
 		return err
 	}
-	sb, err := s.svc.SetSandboxNetwork(r.Context(), p, r.PathValue("id"), service.NetworkParams(req))
+	sb, err := s.svc.SetSandboxNetwork(r.Context(), p, r.PathValue("id"), service.NetworkParams{Profile: req.Profile, Policy: req.Policy})
 	if err != nil {
 		return err
 	}

@@ -181,6 +181,9 @@ func up(ctx context.Context, args []string) error {
 	if err := ensureAdminKey(ctx, srv.svc, *dataDir, progress); err != nil {
 		return err
 	}
+	if err := eg.applyDefaultProfile(ctx, srv.svc); err != nil {
+		return err
+	}
 	workerID, err := persistentID(filepath.Join(*dataDir, "worker.id"))
 	if err != nil {
 		return err

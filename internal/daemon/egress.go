@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/netpolicy"
 	"github.com/airlock/airlock/internal/network"
+	"github.com/airlock/airlock/internal/service"
 	"github.com/airlock/airlock/internal/worker"
 )
 
@@ -28,13 +30,15 @@ type egressFlags struct {
 	on       *bool
 	resolver *string
 	profile  *string
+	fs       *flag.FlagSet
 }
 
 func addEgressFlags(fs *flag.FlagSet) egressFlags {
 	return egressFlags{
+		fs: fs,
 		on:       fs.Bool("egress", false, "give gVisor sandboxes a network whose traffic goes only through the worker's egress gateway (experimental)"),
 		resolver: fs.String("egress-resolver", "", "upstream DNS resolver(s) of the egress gateway, comma-separated `ADDR:PORT` (default: the host's, from /etc/resolv.conf)"),
-		profile:  fs.String("egress-profile", netpolicy.ProfilePublic, "what sandboxes may reach: public (any public address, nothing private) or none"),
+		profile:  fs.String("egress-profile", netpolicy.ProfilePublic, "the profile of sandboxes without a policy of their own: public (any public address, nothing private), none, or an operator's profile; with `airlock up`, set explicitly, it becomes the default org's default profile"),
 	}
 }
 
@@ -106,6 +110,28 @@ func (a *gatewayAdapter) policy(id string, n *model.SandboxNetwork) egress.Polic
 		return a.none
 	}
 	return egress.FromPolicy(c)
+}
+
+// applyDefaultProfile makes an explicit --egress-profile the default
+// org's default profile (airlock up: the server and the worker are one
+// installation); without the flag the org's setting stays as it is.
+func (f egressFlags) applyDefaultProfile(ctx context.Context, svc *service.Service) error {
+	set := false
+	f.fs.Visit(func(fl *flag.Flag) { set = set || fl.Name == "egress-profile" })
+	if !set {
+		return nil
+	}
+	op := service.Principal{OrgID: service.DefaultOrgID, Admin: true}
+	org, err := svc.GetOrg(ctx, op, service.DefaultOrgID)
+	if err != nil {
+		return err
+	}
+	n := org.Network
+	n.Default = *f.profile
+	if _, err := svc.UpdateOrg(ctx, op, service.DefaultOrgID, service.OrgUpdate{Network: &n}); err != nil {
+		return fmt.Errorf("--egress-profile %q: %w", *f.profile, err)
+	}
+	return nil
 }
 
 // resolvers parses --egress-resolver, or reads the host's resolvers.

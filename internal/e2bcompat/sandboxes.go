@@ -310,7 +310,7 @@ func (s *server) updateNetwork(w http.ResponseWriter, r *http.Request, p service
 		return err
 	}
 	if np == nil {
-		np = &service.NetworkParams{Profile: netpolicy.ProfilePublic}
+		np = &service.NetworkParams{OrgDefault: true} // omitted settings are cleared
 	}
 	if _, err := s.svc.SetSandboxNetwork(r.Context(), p, id, *np); err != nil {
 		return err

@@ -183,9 +183,9 @@ func TestEgressFunctional(t *testing.T) {
 		}
 
 		// Rebinding: an allowed (public profile: every) name that resolves
-		// to a private address. The gateway passes the answer on (the
-		// record says what the name is) and refuses the connection: the
-		// guard blocks 10/8 whatever the name.
+		// to a private address. The gateway's DNS leaves the address out
+		// of the answer (REFUSED: nothing is left), so the name does not
+		// resolve; a connection to the address itself is reset (below).
 		out, rc, ms = timed(t, c, id, "getent ahostsv4 "+egresstest.Name(egresstest.Rebind)+" | head -1; curl -sS -m 20 http://"+egresstest.Name(egresstest.Rebind)+"/rebind")
 		t.Logf("rebinding (%s → 10.0.0.1): rc=%d after %d ms: %s", egresstest.Name(egresstest.Rebind), rc, ms, out)
 		if rc == 0 || rc == 28 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -195,6 +196,43 @@ func (g *Gateway) answerDNS(w dns.ResponseWriter, req *dns.Msg, sb *sandbox) {
 		return
 	}
 	m, addrs := sanitize(req, q, up)
+	if r, ok := policy.(Reacher); ok && len(addrs) > 0 {
+		// DNS rebinding: an allowed name that resolves to an address no
+		// connection may reach (private, loopback, the host's) does not
+		// hand that address out.
+		var kept []addrTTL
+		var denied []string
+		for _, a := range addrs {
+			if d := r.Reachable(a.ip); d.Allow {
+				kept = append(kept, a)
+			} else {
+				denied = append(denied, d.Reason)
+			}
+		}
+		if len(denied) > 0 {
+			m.Answer = slices.DeleteFunc(m.Answer, func(rr dns.RR) bool {
+				var ip net.IP
+				switch rr := rr.(type) {
+				case *dns.A:
+					ip = rr.A
+				case *dns.AAAA:
+					ip = rr.AAAA
+				default:
+					return false
+				}
+				a, _ := netip.AddrFromSlice(ip)
+				return !r.Reachable(a.Unmap()).Allow
+			})
+			if len(kept) == 0 {
+				ev.Reason = "the name resolves only to addresses no connection may reach (DNS rebinding): " + strings.Join(denied, "; ")
+				reply(dns.RcodeRefused, ev)
+				return
+			}
+			g.emit(Event{Kind: KindDNS, SandboxID: sb.id, Name: cname, Rule: -1,
+				Reason: "addresses left out of the answer (DNS rebinding): " + strings.Join(denied, "; ")})
+			addrs = kept
+		}
+	}
 	now := g.now()
 	for _, a := range addrs {
 		g.record(sb, cname, a.ip, now.Add(a.ttl))

@@ -29,6 +29,15 @@ type Policy interface {
 	Conn(name string, ip netip.Addr, port uint16, proto string) Decision
 }
 
+// Reacher is an optional power of a Policy: Reachable denies an address
+// whatever name a connection to it or a DNS answer carrying it has (the
+// guard: private, loopback, link-local, the host's own). The gateway
+// leaves such addresses out of DNS answers and resets a connection to one
+// at once, without waiting for its SNI or Host.
+type Reacher interface {
+	Reachable(ip netip.Addr) Decision
+}
+
 // Decision is a policy's answer.
 type Decision struct {
 	Allow bool

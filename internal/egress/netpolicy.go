@@ -17,6 +17,8 @@ func (p compiled) Conn(name string, ip netip.Addr, port uint16, proto string) De
 	return decision(p.c.Conn(name, ip, port, proto))
 }
 
+func (p compiled) Reachable(ip netip.Addr) Decision { return decision(p.c.Reachable(ip)) }
+
 func decision(d netpolicy.Decision) Decision {
 	return Decision{Allow: d.Allow, Rule: d.Rule, Reason: d.Reason, TLS: string(d.TLS), ByName: d.ByName}
 }

@@ -203,6 +203,13 @@ func (g *Gateway) handleConnOf(c net.Conn, sb *sandbox) {
 	// Would the address alone admit the connection? Then a client that
 	// sends nothing first is not kept waiting long.
 	policy, _, _ := sb.snapshot()
+	if r, ok := policy.(Reacher); ok {
+		if d := r.Reachable(dst.Addr()); !d.Allow {
+			ev.Rule = d.Rule
+			deny(d.Reason) // whatever name it would carry
+			return
+		}
+	}
 	raw := policy.Conn("", dst.Addr(), dst.Port(), "tcp")
 	rawOK := raw.Allow && !raw.ByName && raw.TLS != "intercept"
 	p, err := peek(c, rawOK)

@@ -28,10 +28,12 @@ import (
 //   - operators (admins of the default org) define profiles, set orgs'
 //     network settings, and may use any profile and inline policies.
 
-// NetworkParams choose a sandbox's egress: a profile or an inline policy.
+// NetworkParams choose a sandbox's egress: a profile or an inline policy,
+// or (OrgDefault) its org's default profile.
 type NetworkParams struct {
-	Profile string
-	Policy  json.RawMessage
+	Profile    string
+	Policy     json.RawMessage
+	OrgDefault bool
 }
 
 var profileName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
@@ -66,7 +68,7 @@ func orgDefaultProfile(org model.Org) string {
 // org's default), for principal p.
 func (s *Service) resolveNetwork(ctx context.Context, p Principal, org model.Org, req *NetworkParams) (*model.SandboxNetwork, error) {
 	var r NetworkParams
-	if req != nil {
+	if req != nil && !req.OrgDefault {
 		r = *req
 	}
 	if r.Profile != "" && len(r.Policy) > 0 {
@@ -124,7 +126,7 @@ func (s *Service) SetSandboxNetwork(ctx context.Context, p Principal, id string,
 	if err != nil {
 		return model.Sandbox{}, fmt.Errorf("get org %s: %w", p.OrgID, err)
 	}
-	if req.Profile == "" && len(req.Policy) == 0 {
+	if req.Profile == "" && len(req.Policy) == 0 && !req.OrgDefault {
 		return model.Sandbox{}, model.Errorf(model.ErrUnprocessable, "network: set profile or policy")
 	}
 	n, err := s.resolveNetwork(ctx, p, org, &req)

@@ -394,9 +394,20 @@ function suite() {
     assert.equal(forged.status, 401)
   })
 
+  test('updateNetwork replaces the egress lists; getInfo reports them', T, async () => {
+    await sbx.updateNetwork({ allowOut: ['203.0.113.7'], denyOut: ['0.0.0.0/0'] })
+    const info = await sbx.getInfo()
+    assert.equal(info.allowInternetAccess, false)
+    assert.deepEqual(info.network.allowOut, ['203.0.113.7'])
+    assert.deepEqual(info.network.denyOut, ['0.0.0.0/0'])
+    await sbx.updateNetwork({}) // omitted fields are cleared: the org's default again
+    const after = await sbx.getInfo()
+    assert.equal(after.allowInternetAccess, true)
+    assert.equal(after.network.allowOut, undefined)
+  })
+
   test('unsupported calls fail fast and name the gap', T, async () => {
     await assert.rejects(sbx.createSnapshot(), /not supported by Airlock/)
-    await assert.rejects(sbx.updateNetwork({ allowOut: ['1.1.1.1'] }), /not supported by Airlock/)
     await assert.rejects(
       Sandbox.create('base', { lifecycle: { onTimeout: 'pause', autoResume: true } }),
       /autoResume is not supported/,
