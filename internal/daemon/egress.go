@@ -35,7 +35,7 @@ type egressFlags struct {
 
 func addEgressFlags(fs *flag.FlagSet) egressFlags {
 	return egressFlags{
-		fs: fs,
+		fs:       fs,
 		on:       fs.Bool("egress", false, "give gVisor sandboxes a network whose traffic goes only through the worker's egress gateway (experimental)"),
 		resolver: fs.String("egress-resolver", "", "upstream DNS resolver(s) of the egress gateway, comma-separated `ADDR:PORT` (default: the host's, from /etc/resolv.conf)"),
 		profile:  fs.String("egress-profile", netpolicy.ProfilePublic, "the profile of sandboxes without a policy of their own: public (any public address, nothing private), none, or an operator's profile; with `airlock up`, set explicitly, it becomes the default org's default profile"),
