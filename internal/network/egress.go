@@ -383,6 +383,28 @@ func isNil(c interface{ Close() error }) bool {
 	return false
 }
 
+// Do runs fn on an OS thread that has entered the network namespace at
+// path; the thread is thrown away afterwards (never unlocked), so nothing
+// else ever runs in that namespace. Sockets fn opens stay in it.
+func Do(path string, fn func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		goruntime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		ns, err := netns.GetFromPath(path)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer ns.Close()
+		if err := netns.Set(ns); err != nil {
+			done <- err
+			return
+		}
+		done <- fn()
+	}()
+	return <-done
+}
+
 // OpenGateway opens the gateway's listeners in sandbox id's gateway
 // namespace (made by Setup with Config.Egress). The worker calls it after
 // Setup, and again for each adopted sandbox after a restart.
@@ -390,26 +412,10 @@ func OpenGateway(id string, cfg Config) (Listeners, error) {
 	if err := validID(id); err != nil {
 		return Listeners{}, err
 	}
-	l := cfg.link()
-	type result struct {
-		ls  Listeners
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		goruntime.LockOSThread() // never unlocked: the thread ends with the goroutine
-		ns, err := netns.GetFromPath(GatewayPath(id))
-		if err != nil {
-			done <- result{err: fmt.Errorf("network: open gateway of %s: %w", id, err)}
-			return
-		}
-		defer ns.Close()
-		if err := netns.Set(ns); err != nil {
-			done <- result{err: err}
-			return
-		}
-		var ls Listeners
-		addr := l.Gateway.String()
+	addr := cfg.link().Gateway.String()
+	var ls Listeners
+	err := Do(GatewayPath(id), func() error {
+		var err error
 		ls.Proxy, err = net.Listen("tcp4", net.JoinHostPort(addr, strconv.Itoa(ProxyPort)))
 		if err == nil {
 			ls.DNS, err = net.ListenPacket("udp4", net.JoinHostPort(addr, strconv.Itoa(DNSPort)))
@@ -417,15 +423,13 @@ func OpenGateway(id string, cfg Config) (Listeners, error) {
 		if err == nil {
 			ls.DNSTCP, err = net.Listen("tcp4", net.JoinHostPort(addr, strconv.Itoa(DNSPort)))
 		}
-		if err != nil {
-			ls.Close()
-			done <- result{err: fmt.Errorf("network: open gateway of %s: %w", id, err)}
-			return
-		}
-		done <- result{ls: ls}
-	}()
-	r := <-done
-	return r.ls, r.err
+		return err
+	})
+	if err != nil {
+		ls.Close()
+		return Listeners{}, fmt.Errorf("network: open gateway of %s: %w", id, err)
+	}
+	return ls, nil
 }
 
 // PrepareAt puts the guest's addresses and route of n (made by Setup) back
@@ -436,22 +440,7 @@ func PrepareAt(n runtime.Network) error {
 		return nil
 	}
 	l := Link{Guest: n.Interfaces[0].Addresses[0], Gateway: n.Gateway}
-	done := make(chan error, 1)
-	go func() {
-		goruntime.LockOSThread() // never unlocked: the thread ends with the goroutine
-		ns, err := netns.GetFromPath(n.Namespace)
-		if err != nil {
-			done <- err
-			return
-		}
-		defer ns.Close()
-		if err := netns.Set(ns); err != nil {
-			done <- err
-			return
-		}
-		done <- GuestAddress(l)
-	}()
-	if err := <-done; err != nil {
+	if err := Do(n.Namespace, func() error { return GuestAddress(l) }); err != nil {
 		return fmt.Errorf("network: prepare guest link in %s: %w", n.Namespace, err)
 	}
 	return nil

@@ -6,13 +6,11 @@ import (
 	"errors"
 	"net"
 	"net/netip"
-	goruntime "runtime"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock/airlock/internal/model"
@@ -21,26 +19,10 @@ import (
 	"github.com/airlock/airlock/internal/testenv"
 )
 
-// inNamespace runs fn on a thread in the namespace at path (thrown away
-// afterwards, so nothing else runs there).
+// inNamespace runs fn on a thread in the namespace at path (network.Do).
 func inNamespace(t *testing.T, path string, fn func() error) error {
 	t.Helper()
-	done := make(chan error, 1)
-	go func() {
-		goruntime.LockOSThread()
-		ns, err := netns.GetFromPath(path)
-		if err != nil {
-			done <- err
-			return
-		}
-		defer ns.Close()
-		if err := netns.Set(ns); err != nil {
-			done <- err
-			return
-		}
-		done <- fn()
-	}()
-	return <-done
+	return network.Do(path, fn)
 }
 
 // originalDst is the destination a REDIRECTed connection was sent to.

@@ -58,6 +58,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
+	"github.com/airlock/airlock/internal/network"
 	"github.com/airlock/airlock/internal/testenv"
 )
 
@@ -308,25 +309,9 @@ func lockFile(path string) (func(), error) {
 	return func() { f.Close() }, nil
 }
 
-// inNetns runs fn on a thread in the internet's namespace (thrown away
-// afterwards).
+// inNetns runs fn on a thread in the internet's namespace (network.Do).
 func (in *Internet) inNetns(fn func() error) error {
-	done := make(chan error, 1)
-	go func() {
-		goruntime.LockOSThread() // never unlocked: the thread ends with the goroutine
-		ns, err := netns.GetFromName(in.Netns)
-		if err != nil {
-			done <- err
-			return
-		}
-		defer ns.Close()
-		if err := netns.Set(ns); err != nil {
-			done <- err
-			return
-		}
-		done <- fn()
-	}()
-	return <-done
+	return network.Do(filepath.Join(network.Dir, in.Netns), fn)
 }
 
 // makeLink makes the namespace, the veth and the addresses.
