@@ -2,6 +2,7 @@ package egress
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -48,6 +49,9 @@ type Decision struct {
 	// TLS is the matching rule's TLS mode: "passthrough" (or "") or
 	// "intercept".
 	TLS string
+	// Inject maps the headers an intercepted request gets to the names
+	// of the secrets (Interception.Secrets) that are their values.
+	Inject map[string]string
 	// ByName says the decision came from a domain rule. A connection
 	// allowed ByName is admitted only when its destination IP was handed
 	// to this sandbox by the gateway's DNS for that very name (DNS
@@ -99,6 +103,10 @@ type Config struct {
 	OnEvent func(Event)
 	// Logger receives operational messages (nil: slog.Default()).
 	Logger *slog.Logger
+	// UpstreamRoots verify the upstreams of intercepted connections
+	// (nil: the system roots). An operator's bundle (--egress-ca-bundle)
+	// is added to the system roots by the caller.
+	UpstreamRoots *x509.CertPool
 	// Now is the clock of DNS attribution expiry (nil: time.Now).
 	Now func() time.Time
 }
@@ -289,8 +297,9 @@ func (g *Gateway) Update(sandboxID string, p Policy) error {
 		return fmt.Errorf("update %q: %w", sandboxID, ErrNotFound)
 	}
 	type open struct {
-		pc   *proxyConn
-		name string
+		pc               *proxyConn
+		name             string
+		tls, intercepted bool
 	}
 	sb.mu.Lock()
 	if sb.detached {
@@ -302,20 +311,27 @@ func (g *Gateway) Update(sandboxID string, p Policy) error {
 	conns := make([]open, 0, len(sb.conns))
 	for pc := range sb.conns {
 		if pc.admitted { // the others are being admitted and will see p
-			conns = append(conns, open{pc, pc.name})
+			conns = append(conns, open{pc, pc.name, pc.tls, pc.intercepted})
 		}
 	}
 	sb.mu.Unlock()
 	// A connection admitted or re-checked after the gen++ above sees p
 	// itself; the ones listed here were judged under an older policy.
+	ic := interceptionOf(p)
 	for _, o := range conns {
 		d := p.Conn(o.name, o.pc.dst.Addr(), o.pc.dst.Port(), "tcp")
-		if d.Allow && d.TLS != "intercept" {
+		intercept := d.TLS == tlsIntercept
+		if d.Allow && (!o.tls || o.intercepted == intercept) && (!intercept || ic != nil) {
 			continue
 		}
 		reason := "policy updated: " + d.Reason
-		if d.Allow {
-			reason = "policy updated: " + reasonIntercept
+		switch {
+		case d.Allow && intercept && ic == nil:
+			reason = "policy updated: " + reasonNoInterception
+		case d.Allow && intercept:
+			reason = "policy updated: the connection's name is intercepted now (reconnect)"
+		case d.Allow:
+			reason = "policy updated: the connection's name is no longer intercepted (reconnect)"
 		}
 		g.emit(Event{SandboxID: sb.id, Kind: KindTCP, Name: o.name, IP: o.pc.dst.Addr(), Port: o.pc.dst.Port(), Rule: d.Rule, Reason: reason})
 		o.pc.cut()
