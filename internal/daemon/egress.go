@@ -11,8 +11,10 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/miekg/dns"
+	"github.com/vishvananda/netlink"
 
 	"github.com/airlock/airlock/internal/egress"
 	"github.com/airlock/airlock/internal/model"
@@ -72,7 +74,8 @@ func (f egressFlags) gateway(log *slog.Logger) (network.Config, worker.Gateway, 
 		return network.Config{}, nil, err
 	}
 	glog := log.With("component", "egress")
-	gw := egress.New(egress.Config{Upstreams: ups, Logger: glog, UpstreamRoots: roots, OnEvent: func(ev egress.Event) {
+	hosts := watchHostAddrs(glog)
+	gw := egress.New(egress.Config{Upstreams: ups, Logger: glog, UpstreamRoots: roots, IsHostAddr: hosts.has, OnEvent: func(ev egress.Event) {
 		if !ev.Allowed {
 			glog.Info("egress denied", "sandbox", ev.SandboxID, "kind", ev.Kind, "name", ev.Name, "sni", ev.SNI, "host", ev.Host, "ip", ev.IP, "port", ev.Port, "reason", ev.Reason)
 		}
@@ -216,6 +219,54 @@ func resolvers(flagValue string) ([]string, error) {
 }
 
 // hostPrefixes are the host's own addresses, which no sandbox may reach.
+// hostAddrs is the set of the host's addresses, kept current: re-read on
+// every netlink address change and every 10 s (in case the subscription
+// misses one), so an address the host gains after start is never
+// reachable from a sandbox (the compiled guard holds the ones at start).
+type hostAddrs struct {
+	mu  sync.RWMutex
+	set map[netip.Addr]struct{}
+}
+
+func watchHostAddrs(log *slog.Logger) *hostAddrs {
+	h := &hostAddrs{}
+	h.refresh()
+	updates := make(chan netlink.AddrUpdate, 64)
+	if err := netlink.AddrSubscribe(updates, nil); err != nil {
+		log.Warn("egress: no netlink address updates; re-reading the host's addresses every 10 s", "err", err)
+		updates = nil
+	}
+	go func() {
+		tick := time.NewTicker(10 * time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-updates:
+			case <-tick.C:
+			}
+			h.refresh()
+		}
+	}()
+	return h
+}
+
+func (h *hostAddrs) refresh() {
+	set := map[netip.Addr]struct{}{}
+	for _, p := range hostPrefixes() {
+		set[p.Addr()] = struct{}{}
+	}
+	h.mu.Lock()
+	h.set = set
+	h.mu.Unlock()
+}
+
+func (h *hostAddrs) has(ip netip.Addr) bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	_, ok := h.set[ip]
+	return ok
+}
+
 func hostPrefixes() []netip.Prefix {
 	addrs, _ := net.InterfaceAddrs()
 	var out []netip.Prefix

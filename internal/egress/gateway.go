@@ -107,6 +107,12 @@ type Config struct {
 	// (nil: the system roots). An operator's bundle (--egress-ca-bundle)
 	// is added to the system roots by the caller.
 	UpstreamRoots *x509.CertPool
+	// IsHostAddr reports whether ip is, at the moment of asking, an
+	// address of the host the gateway runs on (nil: none known). Such an
+	// address is never reachable, whatever the policy — checked on every
+	// connection and DNS answer, so an address the host gains after the
+	// policies were compiled (a new interface, a DHCP lease) is covered.
+	IsHostAddr func(ip netip.Addr) bool
 	// Now is the clock of DNS attribution expiry (nil: time.Now).
 	Now func() time.Time
 }
@@ -510,6 +516,25 @@ func (g *Gateway) record(sb *sandbox, name string, ip netip.Addr, exp time.Time)
 		return // a longer attribution stands
 	}
 	names[name] = exp
+}
+
+// checksReach reports whether addresses are judged before names under
+// policy (a Reacher, or the host's addresses known).
+func (g *Gateway) checksReach(policy Policy) bool {
+	_, ok := policy.(Reacher)
+	return ok || g.cfg.IsHostAddr != nil
+}
+
+// reachable judges ip alone: the host's own addresses first, then the
+// policy's guard.
+func (g *Gateway) reachable(policy Policy, ip netip.Addr) Decision {
+	if g.cfg.IsHostAddr != nil && g.cfg.IsHostAddr(ip.Unmap()) {
+		return Decision{Rule: -1, Reason: fmt.Sprintf("%v is an address of the host and never reachable", ip.Unmap())}
+	}
+	if r, ok := policy.(Reacher); ok {
+		return r.Reachable(ip)
+	}
+	return Decision{Allow: true, Rule: -1}
 }
 
 func (g *Gateway) emit(ev Event) {

@@ -185,3 +185,24 @@ func TestInterceptRefusals(t *testing.T) {
 		}
 	})
 }
+
+// TestHostAddrsNeverReachable: an address the host has now (Config.IsHostAddr,
+// consulted on every decision) is refused in DNS answers and connections,
+// whatever the policy says.
+func TestHostAddrsNeverReachable(t *testing.T) {
+	e := newEnv(t)
+	host := netip.MustParseAddr("127.0.1.1")
+	e.gw.cfg.IsHostAddr = func(ip netip.Addr) bool { return ip == host }
+	e.attach("sb1", sb1, allow("allowed.test").withCIDR("127.0.1.0/24"))
+	if r := e.query(sb1, "allowed.test", dns.TypeA); r.Rcode != dns.RcodeRefused {
+		t.Fatalf("a name resolving to a host address: %v", r)
+	}
+	expectReset(t, e.dial(sb1, e.httpDst))
+	if len(e.ev.find(KindTCP, false, "is an address of the host")) == 0 {
+		t.Fatalf("no event:\n%s", e.ev)
+	}
+	// Another address of the same CIDR is still reachable.
+	if body, err := get(e.client(sb1, e.tlsDst), "https://tls.test/"); err != nil || !strings.Contains(body, "host=tls.test") {
+		t.Fatalf("other address: %q %v", body, err)
+	}
+}

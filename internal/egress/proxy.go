@@ -207,8 +207,8 @@ func (g *Gateway) handleConnOf(c net.Conn, sb *sandbox) {
 	// Would the address alone admit the connection? Then a client that
 	// sends nothing first is not kept waiting long.
 	policy, _, _ := sb.snapshot()
-	if r, ok := policy.(Reacher); ok {
-		if d := r.Reachable(dst.Addr()); !d.Allow {
+	if g.checksReach(policy) {
+		if d := g.reachable(policy, dst.Addr()); !d.Allow {
 			ev.Rule = d.Rule
 			deny(d.Reason) // whatever name it would carry
 			return
