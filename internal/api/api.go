@@ -93,6 +93,10 @@ var routes = []route{
 	{"GET", "/v1/network-profiles/{name}", true, (*server).getNetworkProfile},
 	{"PUT", "/v1/network-profiles/{name}", true, (*server).putNetworkProfile},
 	{"DELETE", "/v1/network-profiles/{name}", true, (*server).deleteNetworkProfile},
+	{"GET", "/v1/secrets", true, (*server).listSecrets},
+	{"PUT", "/v1/secrets/{name}", true, (*server).putSecret},
+	{"DELETE", "/v1/secrets/{name}", true, (*server).deleteSecret},
+	{"GET", "/v1/network/ca", true, (*server).getOrgCA},
 }
 
 // New returns the handler of the native API.

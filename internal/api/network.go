@@ -75,3 +75,49 @@ func (s *server) deleteNetworkProfile(w http.ResponseWriter, r *http.Request, p 
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
+
+// putSecret serves PUT /v1/secrets/{name} {"value": "..."}: admin keys
+// of the org; 200 with the secret's name and times (never its value).
+func (s *server) putSecret(w http.ResponseWriter, r *http.Request, p service.Principal) error {
+	var req apitypes.SecretRequest
+	if err := decode(w, r, &req, false); err != nil {
+		return err
+	}
+	sec, err := s.svc.PutSecret(r.Context(), p, r.PathValue("name"), req.Value)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, sec)
+}
+
+func (s *server) listSecrets(w http.ResponseWriter, r *http.Request, p service.Principal) error {
+	list, err := s.svc.ListSecrets(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	if list == nil {
+		list = []model.Secret{}
+	}
+	return writeJSON(w, http.StatusOK, apitypes.SecretsResponse{Secrets: list})
+}
+
+func (s *server) deleteSecret(w http.ResponseWriter, r *http.Request, p service.Principal) error {
+	if err := s.svc.DeleteSecret(r.Context(), p, r.PathValue("name")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// getOrgCA serves GET /v1/network/ca: the PEM certificate of the org's
+// Airlock CA, which its sandboxes trust (application/x-pem-file).
+func (s *server) getOrgCA(w http.ResponseWriter, r *http.Request, p service.Principal) error {
+	cert, err := s.svc.OrgCACert(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/x-pem-file")
+	w.WriteHeader(http.StatusOK)
+	_, err = w.Write([]byte(cert))
+	return err
+}

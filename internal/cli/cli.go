@@ -80,6 +80,7 @@ var commands = []*command{
 	poolSetCmd, poolListCmd, poolRemoveCmd,
 	sandboxNetworkCmd,
 	networkProfileSetCmd, networkProfileListCmd, networkProfileRemoveCmd,
+	secretSetCmd, secretListCmd, secretRemoveCmd,
 	benchCmd,
 }
 
@@ -94,6 +95,8 @@ var aliases = map[string]string{
 	"op show":                "op get",
 	"network-profile list":   "network-profile ls",
 	"network-profile remove": "network-profile rm",
+	"secret list":            "secret ls",
+	"secret remove":          "secret rm",
 }
 
 // daemonCommands are dispatched by cmd/airlock; help only mentions them.

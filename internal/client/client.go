@@ -623,3 +623,23 @@ func (c *Client) PutNetworkProfile(ctx context.Context, name string, req apitype
 func (c *Client) DeleteNetworkProfile(ctx context.Context, name string) error {
 	return c.do(ctx, http.MethodDelete, "/v1/network-profiles/"+url.PathEscape(name), nil, nil, nil)
 }
+
+// PutSecret creates or replaces a secret of the key's org (admin keys);
+// the value is never returned.
+func (c *Client) PutSecret(ctx context.Context, name, value string) (model.Secret, error) {
+	var out model.Secret
+	err := c.do(ctx, http.MethodPut, "/v1/secrets/"+url.PathEscape(name), nil, apitypes.SecretRequest{Value: value}, &out)
+	return out, err
+}
+
+// ListSecrets lists the org's secrets: names and times, never values.
+func (c *Client) ListSecrets(ctx context.Context) ([]model.Secret, error) {
+	var out apitypes.SecretsResponse
+	err := c.do(ctx, http.MethodGet, "/v1/secrets", nil, nil, &out)
+	return out.Secrets, err
+}
+
+// DeleteSecret removes a secret of the org (admin keys).
+func (c *Client) DeleteSecret(ctx context.Context, name string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/secrets/"+url.PathEscape(name), nil, nil, nil)
+}

@@ -31,6 +31,7 @@ import (
 	"github.com/airlock/airlock/internal/events"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/scheduler"
+	"github.com/airlock/airlock/internal/service"
 	"github.com/airlock/airlock/internal/store"
 	"github.com/airlock/airlock/internal/token"
 )
@@ -77,6 +78,7 @@ type Controller struct {
 	ev   *events.Log
 	log  *slog.Logger
 	kick chan struct{}
+	cas  service.OrgCAs
 	// stopping is closed when Run returns, so parked long polls answer at
 	// once and an HTTP server shutdown does not wait for them.
 	stopping     chan struct{}

@@ -3,12 +3,14 @@ package controller
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"math"
 	"net/http"
 	"net/url"
@@ -584,11 +586,32 @@ func (c *Controller) assignments(ctx context.Context, id string) (workerapi.Sync
 				desired = model.StateRunning
 			}
 		}
-		resp.Assignments = append(resp.Assignments, workerapi.Assignment{Sandbox: workerapi.SpecOf(sb), Desired: desired})
+		a := workerapi.Assignment{Sandbox: workerapi.SpecOf(sb), Desired: desired}
+		if desired != model.StateDeleted {
+			if a.Egress, err = service.EgressOf(ctx, c.st, &c.cas, sb); err != nil {
+				return workerapi.SyncResponse{}, fmt.Errorf("egress of sandbox %s: %w", sb.ID, err)
+			}
+		}
+		resp.Assignments = append(resp.Assignments, a)
 		fmt.Fprintf(h, "%s\x00%s\x00%d\x00", sb.ID, desired, sb.Generation)
+		if a.Egress != nil { // a secret's new value reaches the gateway
+			fmt.Fprintf(h, "%x\x00%x\x00", sha256.Sum256([]byte(a.Egress.CAKey)), secretsDigest(a.Egress.Secrets))
+		}
 	}
 	resp.Version = int64(h.Sum64() & math.MaxInt64)
 	return resp, nil
+}
+
+// secretsDigest is a digest of secret values, for the assignments' version.
+func secretsDigest(m map[string]string) [32]byte {
+	keys := slices.Sorted(maps.Keys(m))
+	h := sha256.New()
+	for _, k := range keys {
+		fmt.Fprintf(h, "%d:%s%d:%s", len(k), k, len(m[k]), m[k])
+	}
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
 }
 
 // Wake wakes (or resumes) a sandbox assigned to worker wid because a

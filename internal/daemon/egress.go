@@ -2,21 +2,28 @@ package daemon
 
 import (
 	"context"
+	"crypto/x509"
 	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/miekg/dns"
+	"github.com/vishvananda/netlink"
 
 	"github.com/airlock/airlock/internal/egress"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/netpolicy"
 	"github.com/airlock/airlock/internal/network"
 	"github.com/airlock/airlock/internal/service"
+	"github.com/airlock/airlock/internal/tlsca"
 	"github.com/airlock/airlock/internal/worker"
+	"github.com/airlock/airlock/internal/workerapi"
 )
 
 // Egress (--egress, off by default while the feature is built out): every
@@ -30,6 +37,7 @@ type egressFlags struct {
 	on       *bool
 	resolver *string
 	profile  *string
+	caBundle *string
 	fs       *flag.FlagSet
 }
 
@@ -38,6 +46,7 @@ func addEgressFlags(fs *flag.FlagSet) egressFlags {
 		fs:       fs,
 		on:       fs.Bool("egress", false, "give gVisor sandboxes a network whose traffic goes only through the worker's egress gateway (experimental)"),
 		resolver: fs.String("egress-resolver", "", "upstream DNS resolver(s) of the egress gateway, comma-separated `ADDR:PORT` (default: the host's, from /etc/resolv.conf)"),
+		caBundle: fs.String("egress-ca-bundle", "", "PEM `FILE` of CAs the egress gateway trusts besides the system roots when it re-originates intercepted TLS (a corporate proxy's, a test internet's)"),
 		profile:  fs.String("egress-profile", netpolicy.ProfilePublic, "the profile of sandboxes without a policy of their own: public (any public address, nothing private), none, or an operator's profile; with `airlock up`, set explicitly, it becomes the default org's default profile"),
 	}
 }
@@ -60,8 +69,13 @@ func (f egressFlags) gateway(log *slog.Logger) (network.Config, worker.Gateway, 
 	if err != nil {
 		return network.Config{}, nil, err
 	}
+	roots, err := upstreamRoots(*f.caBundle)
+	if err != nil {
+		return network.Config{}, nil, err
+	}
 	glog := log.With("component", "egress")
-	gw := egress.New(egress.Config{Upstreams: ups, Logger: glog, OnEvent: func(ev egress.Event) {
+	hosts := watchHostAddrs(glog)
+	gw := egress.New(egress.Config{Upstreams: ups, Logger: glog, UpstreamRoots: roots, IsHostAddr: hosts.has, OnEvent: func(ev egress.Event) {
 		if !ev.Allowed {
 			glog.Info("egress denied", "sandbox", ev.SandboxID, "kind", ev.Kind, "name", ev.Name, "sni", ev.SNI, "host", ev.Host, "ip", ev.IP, "port", ev.Port, "reason", ev.Reason)
 		}
@@ -71,7 +85,26 @@ func (f egressFlags) gateway(log *slog.Logger) (network.Config, worker.Gateway, 
 		return network.Config{}, nil, err
 	}
 	return network.Config{Egress: true}, &gatewayAdapter{gw: gw, def: egress.FromPolicy(c), none: egress.FromPolicy(none),
-		guard: netpolicy.DefaultGuard(hostPrefixes()...), log: glog}, nil
+		guard: netpolicy.DefaultGuard(hostPrefixes()...), log: glog, cas: map[string]*tlsca.CA{}}, nil
+}
+
+// upstreamRoots are the system roots plus the PEM certificates of file.
+func upstreamRoots(file string) (*x509.CertPool, error) {
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
+	}
+	if file == "" {
+		return pool, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("--egress-ca-bundle: %w", err)
+	}
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("--egress-ca-bundle %s: no PEM certificate in it", file)
+	}
+	return pool, nil
 }
 
 // gatewayAdapter attaches sandboxes' listeners to the gateway under their
@@ -81,15 +114,43 @@ type gatewayAdapter struct {
 	def, none egress.Policy
 	guard     netpolicy.Guard
 	log       *slog.Logger
+
+	mu  sync.Mutex
+	cas map[string]*tlsca.CA // by certificate fingerprint
 }
 
-func (a *gatewayAdapter) Attach(id string, ls network.Listeners, n *model.SandboxNetwork) error {
+func (a *gatewayAdapter) Attach(id string, ls network.Listeners, n *model.SandboxNetwork, eg *workerapi.Egress) error {
 	a.gw.Detach(id) // attaching again replaces the listeners
-	return a.gw.AttachListeners(id, a.policy(id, n), ls.Proxy, ls.DNS, ls.DNSTCP)
+	return a.gw.AttachListeners(id, egress.WithInterception(a.policy(id, n), a.interception(id, eg)), ls.Proxy, ls.DNS, ls.DNSTCP)
 }
 
-func (a *gatewayAdapter) Update(id string, n *model.SandboxNetwork) error {
-	return a.gw.Update(id, a.policy(id, n))
+func (a *gatewayAdapter) Update(id string, n *model.SandboxNetwork, eg *workerapi.Egress) error {
+	return a.gw.Update(id, egress.WithInterception(a.policy(id, n), a.interception(id, eg)))
+}
+
+// interception is eg as the gateway takes it (nil without a CA key: the
+// policy intercepts nothing, or the server sent no material). Parsed CAs
+// are shared by fingerprint, so their leaf caches serve the whole org.
+func (a *gatewayAdapter) interception(id string, eg *workerapi.Egress) *egress.Interception {
+	if eg == nil || eg.CAKey == "" {
+		return nil
+	}
+	fp := tlsca.Fingerprint([]byte(eg.CACert))
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ca := a.cas[fp]
+	if ca == nil {
+		var err error
+		if ca, err = tlsca.Parse([]byte(eg.CACert), []byte(eg.CAKey)); err != nil {
+			a.log.Warn("egress: the org CA does not parse; interception refused", "sandbox", id, "err", err)
+			return nil
+		}
+		if len(a.cas) >= 1024 {
+			clear(a.cas)
+		}
+		a.cas[fp] = ca
+	}
+	return &egress.Interception{CA: ca, Secrets: eg.Secrets}
 }
 
 func (a *gatewayAdapter) Detach(id string) { a.gw.Detach(id) }
@@ -158,6 +219,54 @@ func resolvers(flagValue string) ([]string, error) {
 }
 
 // hostPrefixes are the host's own addresses, which no sandbox may reach.
+// hostAddrs is the set of the host's addresses, kept current: re-read on
+// every netlink address change and every 10 s (in case the subscription
+// misses one), so an address the host gains after start is never
+// reachable from a sandbox (the compiled guard holds the ones at start).
+type hostAddrs struct {
+	mu  sync.RWMutex
+	set map[netip.Addr]struct{}
+}
+
+func watchHostAddrs(log *slog.Logger) *hostAddrs {
+	h := &hostAddrs{}
+	h.refresh()
+	updates := make(chan netlink.AddrUpdate, 64)
+	if err := netlink.AddrSubscribe(updates, nil); err != nil {
+		log.Warn("egress: no netlink address updates; re-reading the host's addresses every 10 s", "err", err)
+		updates = nil
+	}
+	go func() {
+		tick := time.NewTicker(10 * time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-updates:
+			case <-tick.C:
+			}
+			h.refresh()
+		}
+	}()
+	return h
+}
+
+func (h *hostAddrs) refresh() {
+	set := map[netip.Addr]struct{}{}
+	for _, p := range hostPrefixes() {
+		set[p.Addr()] = struct{}{}
+	}
+	h.mu.Lock()
+	h.set = set
+	h.mu.Unlock()
+}
+
+func (h *hostAddrs) has(ip netip.Addr) bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	_, ok := h.set[ip]
+	return ok
+}
+
 func hostPrefixes() []netip.Prefix {
 	addrs, _ := net.InterfaceAddrs()
 	var out []netip.Prefix

@@ -19,11 +19,12 @@ import (
 // its admin client and log path. The instance is stopped when t ends,
 // after the sandboxes created later are deleted (cleanups run last
 // first).
-func egressUp(t *testing.T, s *stack, in *egresstest.Internet, profile string) (*client.Client, string) {
+func egressUp(t *testing.T, s *stack, in *egresstest.Internet, profile string, extra ...string) (*client.Client, string) {
 	t.Helper()
 	u := newUp(t, s, "http")
-	up := u.start(t, s, http.DefaultClient, "--qemu=false", "--template-images", "",
-		"--egress", "--egress-resolver", in.DNS.String(), "--egress-profile", profile)
+	args := append([]string{"--qemu=false", "--template-images", "",
+		"--egress", "--egress-resolver", in.DNS.String(), "--egress-profile", profile}, extra...)
+	up := u.start(t, s, http.DefaultClient, args...)
 	t.Cleanup(func() { kill(up, syscall.SIGTERM) })
 	return client.New(u.url, u.adminKey()), u.logPath
 }

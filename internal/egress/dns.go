@@ -196,14 +196,14 @@ func (g *Gateway) answerDNS(w dns.ResponseWriter, req *dns.Msg, sb *sandbox) {
 		return
 	}
 	m, addrs := sanitize(req, q, up)
-	if r, ok := policy.(Reacher); ok && len(addrs) > 0 {
+	if g.checksReach(policy) && len(addrs) > 0 {
 		// DNS rebinding: an allowed name that resolves to an address no
 		// connection may reach (private, loopback, the host's) does not
 		// hand that address out.
 		var kept []addrTTL
 		var denied []string
 		for _, a := range addrs {
-			if d := r.Reachable(a.ip); d.Allow {
+			if d := g.reachable(policy, a.ip); d.Allow {
 				kept = append(kept, a)
 			} else {
 				denied = append(denied, d.Reason)
@@ -221,7 +221,7 @@ func (g *Gateway) answerDNS(w dns.ResponseWriter, req *dns.Msg, sb *sandbox) {
 					return false
 				}
 				a, _ := netip.AddrFromSlice(ip)
-				return !r.Reachable(a.Unmap()).Allow
+				return !g.reachable(policy, a.Unmap()).Allow
 			})
 			if len(kept) == 0 {
 				ev.Reason = "the name resolves only to addresses no connection may reach (DNS rebinding): " + strings.Join(denied, "; ")

@@ -338,13 +338,13 @@ func TestProxyRefusals(t *testing.T) {
 			t.Fatalf("no event:\n%s", e.ev)
 		}
 	})
-	t.Run("interception", func(t *testing.T) {
+	t.Run("interception without an org CA", func(t *testing.T) {
 		c := e.dial(sb1, e.tlsDst)
 		err := tls.Client(c, &tls.Config{ServerName: "intercept.test", RootCAs: e.pool}).Handshake()
 		if !isReset(err) {
 			t.Fatalf("handshake: %v", err)
 		}
-		if len(e.ev.find(KindTCP, false, reasonIntercept)) == 0 {
+		if len(e.ev.find(KindTCP, false, reasonNoInterception)) == 0 {
 			t.Fatalf("no event:\n%s", e.ev)
 		}
 	})

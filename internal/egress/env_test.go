@@ -30,6 +30,7 @@ import (
 type testPolicy struct {
 	names     map[string]bool
 	intercept map[string]bool
+	inject    map[string]string // header → secret, on intercepted names
 	cidrs     []netip.Prefix
 }
 
@@ -60,7 +61,7 @@ func (p *testPolicy) Conn(name string, ip netip.Addr, port uint16, proto string)
 		return Decision{Allow: true, Rule: 1, ByName: true, TLS: "passthrough"}
 	}
 	if name != "" && p.intercept[name] {
-		return Decision{Allow: true, Rule: 3, ByName: true, TLS: "intercept"}
+		return Decision{Allow: true, Rule: 3, ByName: true, TLS: "intercept", Inject: p.inject}
 	}
 	for _, c := range p.cidrs {
 		if c.Contains(ip) {
@@ -326,6 +327,10 @@ func newEnv(t testing.TB) *env {
 	t.Cleanup(func() { e.gw.Close() })
 
 	echo := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/headers" { // what reached the upstream
+			fmt.Fprintf(w, "proto=%s host=%s authorization=%q x-guest=%q", r.Proto, r.Host, r.Header.Get("Authorization"), r.Header.Get("X-Guest"))
+			return
+		}
 		n, _ := io.Copy(io.Discard, r.Body)
 		sni := ""
 		if r.TLS != nil {

@@ -2,6 +2,7 @@ package egress
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -48,6 +49,9 @@ type Decision struct {
 	// TLS is the matching rule's TLS mode: "passthrough" (or "") or
 	// "intercept".
 	TLS string
+	// Inject maps the headers an intercepted request gets to the names
+	// of the secrets (Interception.Secrets) that are their values.
+	Inject map[string]string
 	// ByName says the decision came from a domain rule. A connection
 	// allowed ByName is admitted only when its destination IP was handed
 	// to this sandbox by the gateway's DNS for that very name (DNS
@@ -99,6 +103,16 @@ type Config struct {
 	OnEvent func(Event)
 	// Logger receives operational messages (nil: slog.Default()).
 	Logger *slog.Logger
+	// UpstreamRoots verify the upstreams of intercepted connections
+	// (nil: the system roots). An operator's bundle (--egress-ca-bundle)
+	// is added to the system roots by the caller.
+	UpstreamRoots *x509.CertPool
+	// IsHostAddr reports whether ip is, at the moment of asking, an
+	// address of the host the gateway runs on (nil: none known). Such an
+	// address is never reachable, whatever the policy — checked on every
+	// connection and DNS answer, so an address the host gains after the
+	// policies were compiled (a new interface, a DHCP lease) is covered.
+	IsHostAddr func(ip netip.Addr) bool
 	// Now is the clock of DNS attribution expiry (nil: time.Now).
 	Now func() time.Time
 }
@@ -289,8 +303,9 @@ func (g *Gateway) Update(sandboxID string, p Policy) error {
 		return fmt.Errorf("update %q: %w", sandboxID, ErrNotFound)
 	}
 	type open struct {
-		pc   *proxyConn
-		name string
+		pc               *proxyConn
+		name             string
+		tls, intercepted bool
 	}
 	sb.mu.Lock()
 	if sb.detached {
@@ -302,20 +317,27 @@ func (g *Gateway) Update(sandboxID string, p Policy) error {
 	conns := make([]open, 0, len(sb.conns))
 	for pc := range sb.conns {
 		if pc.admitted { // the others are being admitted and will see p
-			conns = append(conns, open{pc, pc.name})
+			conns = append(conns, open{pc, pc.name, pc.tls, pc.intercepted})
 		}
 	}
 	sb.mu.Unlock()
 	// A connection admitted or re-checked after the gen++ above sees p
 	// itself; the ones listed here were judged under an older policy.
+	ic := interceptionOf(p)
 	for _, o := range conns {
 		d := p.Conn(o.name, o.pc.dst.Addr(), o.pc.dst.Port(), "tcp")
-		if d.Allow && d.TLS != "intercept" {
+		intercept := d.TLS == tlsIntercept
+		if d.Allow && (!o.tls || o.intercepted == intercept) && (!intercept || ic != nil) {
 			continue
 		}
 		reason := "policy updated: " + d.Reason
-		if d.Allow {
-			reason = "policy updated: " + reasonIntercept
+		switch {
+		case d.Allow && intercept && ic == nil:
+			reason = "policy updated: " + reasonNoInterception
+		case d.Allow && intercept:
+			reason = "policy updated: the connection's name is intercepted now (reconnect)"
+		case d.Allow:
+			reason = "policy updated: the connection's name is no longer intercepted (reconnect)"
 		}
 		g.emit(Event{SandboxID: sb.id, Kind: KindTCP, Name: o.name, IP: o.pc.dst.Addr(), Port: o.pc.dst.Port(), Rule: d.Rule, Reason: reason})
 		o.pc.cut()
@@ -494,6 +516,25 @@ func (g *Gateway) record(sb *sandbox, name string, ip netip.Addr, exp time.Time)
 		return // a longer attribution stands
 	}
 	names[name] = exp
+}
+
+// checksReach reports whether addresses are judged before names under
+// policy (a Reacher, or the host's addresses known).
+func (g *Gateway) checksReach(policy Policy) bool {
+	_, ok := policy.(Reacher)
+	return ok || g.cfg.IsHostAddr != nil
+}
+
+// reachable judges ip alone: the host's own addresses first, then the
+// policy's guard.
+func (g *Gateway) reachable(policy Policy, ip netip.Addr) Decision {
+	if g.cfg.IsHostAddr != nil && g.cfg.IsHostAddr(ip.Unmap()) {
+		return Decision{Rule: -1, Reason: fmt.Sprintf("%v is an address of the host and never reachable", ip.Unmap())}
+	}
+	if r, ok := policy.(Reacher); ok {
+		return r.Reachable(ip)
+	}
+	return Decision{Allow: true, Rule: -1}
 }
 
 func (g *Gateway) emit(ev Event) {

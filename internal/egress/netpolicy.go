@@ -20,5 +20,12 @@ func (p compiled) Conn(name string, ip netip.Addr, port uint16, proto string) De
 func (p compiled) Reachable(ip netip.Addr) Decision { return decision(p.c.Reachable(ip)) }
 
 func decision(d netpolicy.Decision) Decision {
-	return Decision{Allow: d.Allow, Rule: d.Rule, Reason: d.Reason, TLS: string(d.TLS), ByName: d.ByName}
+	out := Decision{Allow: d.Allow, Rule: d.Rule, Reason: d.Reason, TLS: string(d.TLS), ByName: d.ByName}
+	if d.Inject != nil && len(d.Inject.Headers) > 0 {
+		out.Inject = make(map[string]string, len(d.Inject.Headers))
+		for h, ref := range d.Inject.Headers {
+			out.Inject[h] = ref.Secret
+		}
+	}
+	return out
 }

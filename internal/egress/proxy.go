@@ -33,7 +33,7 @@ const (
 	// dialTimeout bounds the dial of an admitted connection's upstream.
 	dialTimeout = 10 * time.Second
 
-	reasonIntercept = "interception not available yet"
+	reasonNoInterception = "the rule intercepts TLS, but no org CA reached the gateway for this sandbox"
 )
 
 // ServeProxy serves the sandboxes' redirected TCP connections accepted
@@ -80,6 +80,10 @@ type proxyConn struct {
 	// name and admitted are guarded by the sandbox's mu.
 	name     string
 	admitted bool
+	// tls and intercepted (guarded by the sandbox's mu too) say what
+	// Update must keep: a TLS connection stays only under a rule of the
+	// same mode (passthrough or intercept).
+	tls, intercepted bool
 
 	mu       sync.Mutex
 	upstream net.Conn
@@ -203,15 +207,15 @@ func (g *Gateway) handleConnOf(c net.Conn, sb *sandbox) {
 	// Would the address alone admit the connection? Then a client that
 	// sends nothing first is not kept waiting long.
 	policy, _, _ := sb.snapshot()
-	if r, ok := policy.(Reacher); ok {
-		if d := r.Reachable(dst.Addr()); !d.Allow {
+	if g.checksReach(policy) {
+		if d := g.reachable(policy, dst.Addr()); !d.Allow {
 			ev.Rule = d.Rule
 			deny(d.Reason) // whatever name it would carry
 			return
 		}
 	}
 	raw := policy.Conn("", dst.Addr(), dst.Port(), "tcp")
-	rawOK := raw.Allow && !raw.ByName && raw.TLS != "intercept"
+	rawOK := raw.Allow && !raw.ByName && raw.TLS != tlsIntercept
 	p, err := peek(c, rawOK)
 	if err != nil {
 		ev.SNI, ev.Host, ev.Name = p.sni, p.host, p.name
@@ -231,6 +235,19 @@ func (g *Gateway) handleConnOf(c net.Conn, sb *sandbox) {
 	}
 	ev.Allowed, ev.Reason = true, d.Reason
 	g.emit(ev)
+
+	if p.proto == protoTLS {
+		policy, _, _ := sb.snapshot()
+		ic := interceptionOf(policy)
+		sb.mu.Lock()
+		pc.tls = true
+		pc.intercepted = d.TLS == tlsIntercept && ic != nil
+		sb.mu.Unlock()
+		if pc.intercepted {
+			g.intercept(sb, pc, p, p.name, ic)
+			return
+		}
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
 	up, err := g.dial(ctx, "tcp", dst.String())
@@ -319,11 +336,8 @@ func (g *Gateway) decide(sb *sandbox, policy Policy, name string, dst netip.Addr
 			return d, "not allowed by policy"
 		}
 		return d, d.Reason
-	case d.TLS == "intercept":
-		// TODO(egress): TLS interception (issue 12, item 5) plugs in
-		// here: terminate TLS with a leaf for the SNI, re-originate to
-		// dst, inject the rule's headers.
-		return d, reasonIntercept
+	case d.TLS == tlsIntercept && interceptionOf(policy) == nil:
+		return d, reasonNoInterception
 	case d.ByName && name == "":
 		return d, "a domain rule cannot admit a connection that names no host"
 	case d.ByName && !g.attributed(sb, name, ip):

@@ -310,6 +310,15 @@ type SandboxNetwork struct {
 	Policy  json.RawMessage `json:"policy"`
 }
 
+// Secret is an org's named value for the egress gateway to inject into
+// intercepted requests; the value itself is write-only (never listed).
+type Secret struct {
+	OrgID     string    `json:"-"`
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
 // NetworkProfile is an operator's named egress policy.
 type NetworkProfile struct {
 	Name        string          `json:"name"`

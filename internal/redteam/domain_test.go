@@ -3,6 +3,7 @@ package redteam
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"fmt"
 	"net/netip"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/airlock/airlock/internal/egress"
 	"github.com/airlock/airlock/internal/egress/egresstest"
@@ -19,15 +21,14 @@ import (
 	"github.com/airlock/airlock/internal/network"
 	"github.com/airlock/airlock/internal/runtime"
 	"github.com/airlock/airlock/internal/testenv"
+	"github.com/airlock/airlock/internal/tlsca"
 )
 
 // knownBypasses are attempts that get through by design of what is built
 // today, each with why. They are reported as "KNOWN BYPASS" and do not
 // fail the suite; one that stops getting through fails it (remove it
 // from here). Any other bypass fails the suite.
-var knownBypasses = map[string]string{
-	"front-tls-host-inside": "TLS passthrough: the gateway admits by SNI and cannot see the Host inside TLS; the destination is an address DNS handed out for the allowed SNI, but any other name that server hosts is reachable. Closing it needs interception (issue 12 item 5) or an SNI-only server",
-}
+var knownBypasses = map[string]string{}
 
 // eventLog is the gateway's denials, formatted as the daemon logs them.
 type eventLog struct {
@@ -88,7 +89,10 @@ func (g nsGuest) probe(t *testing.T, args ...string) probeResult {
 // real egress network and gateway, the guest being the host kernel as
 // root in the guest namespace (raw sockets and IP_FREEBIND work there).
 // Policy: default deny; allow www.test.airlock and a.test.airlock (a
-// shares its address with b, which is not allowed).
+// shares its address with b, which is not allowed), TLS to a intercepted
+// (so the gateway sees the Host inside TLS: a passthrough rule admits by
+// SNI, and fronting inside TLS is for interception to stop — see
+// docs/network.md).
 func TestRedTeamDomainPolicy(t *testing.T) {
 	testenv.RequireRoot(t, "network namespaces, veths and nftables")
 	curl := testenv.RequireTool(t, "curl", "the guest's HTTP client")
@@ -113,7 +117,9 @@ func TestRedTeamDomainPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := netpolicy.Parse([]byte(`{"version": 1, "default": "deny", "rules": [{"action": "allow", "domains": ["www.test.airlock", "a.test.airlock"]}]}`))
+	p, err := netpolicy.Parse([]byte(`{"version": 1, "default": "deny", "rules": [
+		{"action": "allow", "domains": ["a.test.airlock"], "ports": [443], "tls": "intercept"},
+		{"action": "allow", "domains": ["www.test.airlock", "a.test.airlock"]}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,9 +128,24 @@ func TestRedTeamDomainPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := &eventLog{}
-	gw := egress.New(egress.Config{Upstreams: []string{in.DNS.String()}, OnEvent: log.add})
+	upstreamRoots := x509.NewCertPool()
+	upstreamRoots.AppendCertsFromPEM(in.CAPEM)
+	caCert, caKey, err := tlsca.Generate("Airlock CA red team", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := tlsca.Parse(caCert, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orgCAFile := filepath.Join(t.TempDir(), "org-ca.pem")
+	if err := os.WriteFile(orgCAFile, caCert, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gw := egress.New(egress.Config{Upstreams: []string{in.DNS.String()}, OnEvent: log.add, UpstreamRoots: upstreamRoots})
 	t.Cleanup(func() { gw.Close() })
-	if err := gw.AttachListeners(id, egress.FromPolicy(comp), ls.Proxy, ls.DNS, ls.DNSTCP); err != nil {
+	policy := egress.WithInterception(egress.FromPolicy(comp), &egress.Interception{CA: ca})
+	if err := gw.AttachListeners(id, policy, ls.Proxy, ls.DNS, ls.DNSTCP); err != nil {
 		ls.Close()
 		t.Fatal(err)
 	}
@@ -154,10 +175,11 @@ func TestRedTeamDomainPolicy(t *testing.T) {
 			return rc == 0, fmt.Sprintf("curl rc=%d: %s", rc, strings.TrimSpace(out))
 		}
 	}
-	// Sanity: allowed names work, by name, over HTTP and TLS.
-	for _, u := range []string{"http://" + www + "/ok", "https://" + a + "/ok"} {
-		if out, rc := g.shell(t, curl+" -sS -m 15 --cacert "+in.CAFile+" "+u); rc != 0 || !strings.Contains(out, "airlock-inet") {
-			t.Fatalf("sanity: %s from the guest: rc=%d %s", u, rc, out)
+	// Sanity: allowed names work, by name, over HTTP and TLS (passed
+	// through to www, intercepted to a).
+	for _, u := range []struct{ url, ca string }{{"http://" + www + "/ok", in.CAFile}, {"https://" + www + "/ok", in.CAFile}, {"https://" + a + "/ok", orgCAFile}} {
+		if out, rc := g.shell(t, curl+" -sS -m 15 --cacert "+u.ca+" "+u.url); rc != 0 || !strings.Contains(out, "airlock-inet") {
+			t.Fatalf("sanity: %s from the guest: rc=%d %s", u.url, rc, out)
 		}
 	}
 
@@ -194,11 +216,11 @@ func TestRedTeamDomainPolicy(t *testing.T) {
 			run: func(t *testing.T) (bool, string) {
 				return failed(g.probe(t, "tcp", ip3, "80", fmt.Sprintf(httpGet, b)))
 			}, denied: deniedTCP(ip3, 80)},
-		{name: "front-tls-host-inside", what: "TLS with allowed SNI a.test.airlock to its own address, Host b.test.airlock inside TLS",
+		{name: "front-tls-host-inside", what: "TLS with allowed SNI a.test.airlock (intercepted) to its own address, Host b.test.airlock inside TLS",
 			run: func(t *testing.T) (bool, string) {
 				r := g.probe(t, "tls", ip3, "443", a, b)
 				return r.OK && strings.Contains(r.Detail, "host="+b), r.Detail
-			}},
+			}, denied: deniedRE(`kind=http name=` + a + ` sni=` + a + ` host=` + b + ` `)},
 		{name: "no-sni", what: "TLS without SNI to www's address 198.18.x.2",
 			run: func(t *testing.T) (bool, string) { return failed(g.probe(t, "tls", ip2, "443", "")) }, denied: deniedTCP(ip2, 443)},
 		{name: "raw-ip-allowed-address", what: "HTTP to 198.18.x.2 with Host 198.18.x.2 (no name)",

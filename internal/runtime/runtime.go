@@ -133,7 +133,16 @@ type Network struct {
 	// (an egress network, internal/network; zero: none).
 	Gateway     netip.Addr   `json:"gateway,omitzero"`
 	Nameservers []netip.Addr `json:"nameservers,omitempty"`
+	// CACert is a CA certificate (PEM) the guest trusts besides its own
+	// roots: its org's Airlock CA, which the egress gateway intercepts
+	// TLS with. The driver puts its roots plus CACert at GuestCABundle.
+	CACert []byte `json:"ca_cert,omitempty"`
 }
+
+// GuestCABundle is the guest's system CA bundle (Debian's path; also
+// what SSL_CERT_FILE, REQUESTS_CA_BUNDLE and NODE_EXTRA_CA_CERTS name
+// when a Network has a CACert).
+const GuestCABundle = "/etc/ssl/certs/ca-certificates.crt"
 
 // Interface is one link of a Network.
 type Interface struct {

@@ -103,6 +103,7 @@ type Service struct {
 	keyFn   func(ctx context.Context) ([]byte, error)
 
 	installKeyOnce sync.Once
+	cas            OrgCAs
 	installKey     func(ctx context.Context) ([]byte, error)
 }
 

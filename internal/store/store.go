@@ -46,6 +46,7 @@ type Tx interface {
 	Sandboxes
 	Pools
 	NetworkProfiles
+	Secrets
 	Operations
 	Events
 	Settings
@@ -154,6 +155,18 @@ type NetworkProfiles interface {
 	ListNetworkProfiles(ctx context.Context) ([]model.NetworkProfile, error)
 	// DeleteNetworkProfile is ErrNotFound if absent.
 	DeleteNetworkProfile(ctx context.Context, name string) error
+}
+
+// Secrets are orgs' named values for the egress gateway to inject
+// (NetworkPolicyV1 "inject"); listing never returns values.
+type Secrets interface {
+	// PutSecret upserts (CreatedAt is kept on update).
+	PutSecret(ctx context.Context, s model.Secret, value string) error
+	ListSecrets(ctx context.Context, orgID string) ([]model.Secret, error)
+	// SecretValues returns the values of those of names the org has set.
+	SecretValues(ctx context.Context, orgID string, names []string) (map[string]string, error)
+	// DeleteSecret is ErrNotFound if absent.
+	DeleteSecret(ctx context.Context, orgID, name string) error
 }
 
 // Operations are the long-running requests on sandboxes.

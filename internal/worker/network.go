@@ -7,6 +7,7 @@ import (
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/network"
 	"github.com/airlock/airlock/internal/runtime"
+	"github.com/airlock/airlock/internal/workerapi"
 )
 
 // The worker owns each sandbox's network (internal/network), the drivers
@@ -43,6 +44,13 @@ func (w *Worker) withNetwork(ctx context.Context, spec runtime.Spec, policy *mod
 	if err != nil {
 		return nil, err
 	}
+	eg := w.egressOf(spec.ID)
+	if n.Gateway.IsValid() && eg != nil && eg.CACert != "" {
+		// The guest trusts its org's CA from the start: a policy may
+		// intercept later.
+		n.CACert = []byte(eg.CACert)
+		spec.AgentArgs = append(spec.AgentArgs, "-ca-bundle", runtime.GuestCABundle)
+	}
 	if err := w.attachGateway(spec.ID, policy); err != nil {
 		return nil, errors.Join(err, network.Release(context.WithoutCancel(ctx), spec.ID))
 	}
@@ -65,7 +73,7 @@ func (w *Worker) attachGateway(id string, policy *model.SandboxNetwork) error {
 	if err != nil {
 		return err
 	}
-	if err := w.cfg.Gateway.Attach(id, ls, policy); err != nil {
+	if err := w.cfg.Gateway.Attach(id, ls, policy, w.egressOf(id)); err != nil {
 		ls.Close()
 		return err
 	}
@@ -86,12 +94,48 @@ func (w *Worker) networkPolicy(id string) *model.SandboxNetwork {
 	return nil
 }
 
+// egressOf is the interception material of sandbox id's assignment
+// (nil: none).
+func (w *Worker) egressOf(id string) *workerapi.Egress {
+	w.egressMu.Lock()
+	defer w.egressMu.Unlock()
+	return w.egress[id]
+}
+
+// recordEgress keeps the assignments' interception material (in memory
+// only) and hands changed material of recorded sandboxes to the gateway;
+// w.mu is held.
+func (w *Worker) recordEgress(as []workerapi.Assignment) {
+	next := make(map[string]*workerapi.Egress, len(as))
+	for _, a := range as {
+		if a.Egress != nil {
+			next[a.Sandbox.ID] = a.Egress
+		}
+	}
+	w.egressMu.Lock()
+	prev := w.egress
+	w.egress = next
+	w.egressMu.Unlock()
+	if w.cfg.Gateway == nil || !w.cfg.Network.Egress {
+		return
+	}
+	for id, eg := range next {
+		sb := w.sandboxes[id]
+		if sb == nil || eg.Equal(prev[id]) {
+			continue
+		}
+		if err := w.cfg.Gateway.Update(id, sb.spec.Network, eg); err != nil && network.HasGateway(id) {
+			w.log.Warn("egress material update", "sandbox", id, "err", err)
+		}
+	}
+}
+
 // updateGateway applies a changed policy of sandbox id; w.mu is held.
 func (w *Worker) updateGateway(id string, old, now *model.SandboxNetwork) {
 	if w.cfg.Gateway == nil || !w.cfg.Network.Egress || sameNetwork(old, now) {
 		return
 	}
-	if err := w.cfg.Gateway.Update(id, now); err != nil && network.HasGateway(id) {
+	if err := w.cfg.Gateway.Update(id, now, w.egressOf(id)); err != nil && network.HasGateway(id) {
 		w.log.Warn("egress policy update", "sandbox", id, "err", err)
 	}
 }

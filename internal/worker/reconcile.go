@@ -22,6 +22,7 @@ func (w *Worker) reconcile(ctx context.Context, as []workerapi.Assignment) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	now := time.Now()
+	w.recordEgress(as)
 	local, f := w.planInput(as, now)
 	w.execute(ctx, plan(local, as, now, f))
 }

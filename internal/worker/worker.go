@@ -106,12 +106,13 @@ type Config struct {
 // Gateway is the worker's egress gateway (internal/egress).
 type Gateway interface {
 	// Attach serves sandbox id's listeners under policy (nil: the
-	// worker's default) until Detach (which closes them); attaching an
-	// attached sandbox replaces its listeners.
-	Attach(id string, ls network.Listeners, policy *model.SandboxNetwork) error
-	// Update applies a new policy to an attached sandbox: new connections
-	// follow it at once, open ones it denies are cut.
-	Update(id string, policy *model.SandboxNetwork) error
+	// worker's default) with its interception material (nil: none) until
+	// Detach (which closes them); attaching an attached sandbox replaces
+	// its listeners.
+	Attach(id string, ls network.Listeners, policy *model.SandboxNetwork, eg *workerapi.Egress) error
+	// Update applies a new policy and material to an attached sandbox:
+	// new connections follow it at once, open ones it denies are cut.
+	Update(id string, policy *model.SandboxNetwork, eg *workerapi.Egress) error
 	Detach(id string)
 }
 
@@ -212,6 +213,10 @@ type Worker struct {
 	workerID    string
 
 	kick chan struct{} // observed state changed: sync now
+	// egress is the assignments' interception material by sandbox id
+	// (recordEgress), in memory only.
+	egressMu sync.Mutex
+	egress   map[string]*workerapi.Egress
 	// stateCh is closed and replaced on every change of a sandbox's state
 	// (guarded by stateMu), for data-plane requests waiting on one.
 	stateMu  sync.Mutex

@@ -35,6 +35,9 @@
 package workerapi
 
 import (
+	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/airlock/airlock/internal/model"
@@ -153,6 +156,49 @@ type Assignment struct {
 	// Desired is running, paused, suspended or deleted. A suspended sandbox
 	// with Desired running is woken from Sandbox.SnapshotID.
 	Desired model.SandboxState `json:"desired"`
+	// Egress is what the worker's gateway needs of the sandbox's org
+	// beyond its policy (nil: a sandbox without a network policy).
+	Egress *Egress `json:"egress,omitempty"`
+}
+
+// Egress is a sandbox's interception material: its org's Airlock CA and
+// the secrets its policy injects. It travels only in sync responses, and
+// the worker holds it in memory: it is never written to disk, logged
+// (String redacts it) or given to the guest, but for CACert, which the
+// guest trusts.
+type Egress struct {
+	// CACert is the org's CA certificate (PEM), in the guest's trust store.
+	CACert string `json:"ca_cert,omitempty"`
+	// CAKey is the CA's private key (PEM), only for a policy with a
+	// "tls": "intercept" rule.
+	CAKey string `json:"ca_key,omitempty"`
+	// Secrets are the values of the secrets the policy's inject rules
+	// name, by name (a name the org has not set is absent).
+	Secrets map[string]string `json:"secrets,omitempty"`
+}
+
+// String redacts the key and the secret values.
+func (e *Egress) String() string {
+	if e == nil {
+		return "<nil>"
+	}
+	names := make([]string, 0, len(e.Secrets))
+	for n := range e.Secrets {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return fmt.Sprintf("egress{ca:%v key:%v secrets:%v}", e.CACert != "", e.CAKey != "", names)
+}
+
+// GoString redacts too (%#v).
+func (e *Egress) GoString() string { return e.String() }
+
+// Equal reports whether e and o carry the same material.
+func (e *Egress) Equal(o *Egress) bool {
+	if e == nil || o == nil {
+		return e == o
+	}
+	return e.CACert == o.CACert && e.CAKey == o.CAKey && maps.Equal(e.Secrets, o.Secrets)
 }
 
 // SandboxSpec is what a worker is given of a sandbox: exactly the fields

@@ -64,6 +64,17 @@ type NetworkProfileRequest struct {
 	Policy      json.RawMessage `json:"policy"`
 }
 
+// SecretRequest is the body of PUT /v1/secrets/{name}.
+type SecretRequest struct {
+	Value string `json:"value"`
+}
+
+// SecretsResponse is the body of GET /v1/secrets: names and times, never
+// values.
+type SecretsResponse struct {
+	Secrets []model.Secret `json:"secrets"`
+}
+
 // NetworkProfilesResponse is the body of GET /v1/network-profiles.
 type NetworkProfilesResponse struct {
 	Profiles []model.NetworkProfile `json:"profiles"`

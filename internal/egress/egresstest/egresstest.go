@@ -10,7 +10,8 @@
 //     installed;
 //   - an HTTPS server (port 443 on every address) with a certificate for
 //     *.test.airlock and every address, signed by a CA generated for the
-//     run (CAFile);
+//     run (CAFile), HTTP/2 and HTTP/1.1 — but on Addr(8) (BadTLS) a
+//     self-signed certificate nobody trusts;
 //   - an authoritative DNS server (github.com/miekg/dns) for the zone
 //     test.airlock. on .2:53, UDP and TCP: the address to give the
 //     gateway as its upstream (--egress-resolver);
@@ -78,6 +79,7 @@ const (
 	HostN   = "host"    // the host's side of the veth (.1): rebinding to the host
 	Six     = "six"     // AAAA 2001:db8::2 only
 	Missing = "missing" // not in the zone: NXDOMAIN
+	BadTLS  = "badtls"  // Addr(8): its HTTPS certificate is from a CA nobody trusts
 )
 
 // Config adjusts the internet. The zero Config is the default zone.
@@ -89,11 +91,13 @@ type Config struct {
 
 // Request is one HTTP request a server received.
 type Request struct {
-	Local netip.AddrPort // the address it arrived on
-	TLS   bool
-	SNI   string // TLS server name (TLS only)
-	Host  string
-	Path  string
+	Local  netip.AddrPort // the address it arrived on
+	TLS    bool
+	SNI    string // TLS server name (TLS only)
+	Host   string
+	Path   string
+	Proto  string      // "HTTP/1.1", "HTTP/2.0"
+	Header http.Header // as received
 }
 
 // Internet is a running test internet.
@@ -113,6 +117,7 @@ type Internet struct {
 
 	dir       string
 	cert      tls.Certificate
+	badCert   tls.Certificate // Addr(8)'s: self-signed, trusted by nobody
 	servers   []*http.Server
 	dnsSrv    []*dns.Server
 	closers   []func() error
@@ -207,6 +212,7 @@ func defaultRecords(in *Internet) map[string][]netip.Addr {
 		absName(A):      {in.Addr(3)},
 		absName(B):      {in.Addr(3)},
 		absName(Other):  {in.Addr(4)},
+		absName(BadTLS): {in.Addr(8)},
 		absName(Rebind): {netip.MustParseAddr("10.0.0.1")},
 		absName(Loop):   {netip.MustParseAddr("127.0.0.1")},
 		absName(Meta):   {netip.MustParseAddr("169.254.169.254")},
@@ -432,6 +438,17 @@ func (in *Internet) makePKI() error {
 		return err
 	}
 	in.cert = tls.Certificate{Certificate: [][]byte{der, caDER}, PrivateKey: key}
+	bad := &x509.Certificate{
+		SerialNumber: big.NewInt(3), Subject: pkix.Name{CommonName: Name(BadTLS)},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		DNSNames: []string{Name(BadTLS)}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	bder, err := x509.CreateCertificate(rand.Reader, bad, bad, &key.PublicKey, key)
+	if err != nil {
+		return err
+	}
+	in.badCert = tls.Certificate{Certificate: [][]byte{bder}, PrivateKey: key}
 	return nil
 }
 
@@ -497,7 +514,7 @@ func (in *Internet) handler(isTLS bool) http.Handler {
 	files := http.FileServer(http.Dir(filepath.Join(in.dir, "www")))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
-		req := Request{Local: addrPort(local), TLS: isTLS, Host: r.Host, Path: r.URL.Path}
+		req := Request{Local: addrPort(local), TLS: isTLS, Host: r.Host, Path: r.URL.Path, Proto: r.Proto, Header: r.Header.Clone()}
 		if r.TLS != nil {
 			req.SNI = r.TLS.ServerName
 		}
@@ -572,7 +589,12 @@ func (in *Internet) serve() error {
 	}
 	plain := &http.Server{Handler: in.handler(false), ReadHeaderTimeout: 10 * time.Second}
 	secure := &http.Server{Handler: in.handler(true), ReadHeaderTimeout: 10 * time.Second,
-		TLSConfig: &tls.Config{Certificates: []tls.Certificate{in.cert}, NextProtos: []string{"http/1.1"}}}
+		TLSConfig: &tls.Config{NextProtos: []string{"h2", "http/1.1"}, GetCertificate: func(hi *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			if addrPort(hi.Conn.LocalAddr()).Addr() == in.Addr(8) {
+				return &in.badCert, nil
+			}
+			return &in.cert, nil
+		}}}
 	in.servers = append(in.servers, plain, secure)
 	go plain.Serve(s.http)
 	go secure.ServeTLS(s.https, "", "")

@@ -3,6 +3,7 @@ package gvisor
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,6 +23,9 @@ import (
 const (
 	networkFile = "network.json"
 	resolvFile  = "resolv.conf"
+	bundleFile  = "ca-certificates.crt"
+	// maxRootBundle bounds the template's own CA bundle read.
+	maxRootBundle = 8 << 20
 )
 
 // writeNetwork records spec's network and, with resolvers, mounts a
@@ -39,6 +43,11 @@ func (d *Driver) writeNetwork(spec runtime.Spec, o *ociSpec) error {
 	if err := os.WriteFile(filepath.Join(dir, networkFile), b, 0o600); err != nil {
 		return err
 	}
+	if len(spec.Network.CACert) > 0 {
+		if err := d.writeBundle(spec, dir, o); err != nil {
+			return err
+		}
+	}
 	if len(spec.Network.Nameservers) == 0 {
 		return nil
 	}
@@ -52,6 +61,32 @@ func (d *Driver) writeNetwork(spec runtime.Spec, o *ociSpec) error {
 		return err
 	}
 	o.Mounts = append(o.Mounts, ociMount{Destination: "/etc/resolv.conf", Type: "bind", Source: p, Options: []string{"rbind", "ro"}})
+	return nil
+}
+
+// writeBundle mounts the template's CA bundle plus the network's CA over
+// the guest's (runtime.GuestCABundle), read-only. The template's bundle
+// is read inside its root (os.Root: a symlink in an image cannot make
+// the worker read a host file) and bounded.
+func (d *Driver) writeBundle(spec runtime.Spec, dir string, o *ociSpec) error {
+	var bundle []byte
+	if root, err := os.OpenRoot(spec.RootFS); err == nil {
+		if f, err := root.Open(strings.TrimPrefix(runtime.GuestCABundle, "/")); err == nil {
+			bundle, _ = io.ReadAll(io.LimitReader(f, maxRootBundle))
+			f.Close()
+		}
+		root.Close()
+	}
+	if len(bundle) > 0 && bundle[len(bundle)-1] != '\n' {
+		bundle = append(bundle, '\n')
+	}
+	bundle = append(bundle, "# Airlock: the org's CA, which the egress gateway intercepts TLS with\n"...)
+	bundle = append(bundle, spec.Network.CACert...)
+	p := filepath.Join(dir, bundleFile)
+	if err := os.WriteFile(p, bundle, 0o644); err != nil {
+		return err
+	}
+	o.Mounts = append(o.Mounts, ociMount{Destination: runtime.GuestCABundle, Type: "bind", Source: p, Options: []string{"rbind", "ro"}})
 	return nil
 }
 

@@ -80,3 +80,36 @@ func jsonEqual(a, b json.RawMessage) bool {
 	}
 	return reflect.DeepEqual(x, y)
 }
+
+// testSecrets: an org's secrets upsert, list without values, read back
+// only for the names asked and only the org's own.
+func testSecrets(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	for _, id := range []string{"org-sec-a", "org-sec-b"} {
+		must(t, "create org", s.CreateOrg(ctx, model.Org{ID: id, Name: id, CreatedAt: at(0)}))
+	}
+	must(t, "put", s.PutSecret(ctx, model.Secret{OrgID: "org-sec-a", Name: "openai", CreatedAt: at(0), UpdatedAt: at(0)}, "v1"))
+	must(t, "update", s.PutSecret(ctx, model.Secret{OrgID: "org-sec-a", Name: "openai", CreatedAt: at(2), UpdatedAt: at(2)}, "v2"))
+	must(t, "put b", s.PutSecret(ctx, model.Secret{OrgID: "org-sec-a", Name: "github", CreatedAt: at(1), UpdatedAt: at(1)}, "gh"))
+	must(t, "put other org", s.PutSecret(ctx, model.Secret{OrgID: "org-sec-b", Name: "openai", CreatedAt: at(1), UpdatedAt: at(1)}, "theirs"))
+	list, err := s.ListSecrets(ctx, "org-sec-a")
+	must(t, "list", err)
+	if len(list) != 2 || list[0].Name != "github" || list[1].Name != "openai" || list[1].OrgID != "org-sec-a" {
+		t.Fatalf("secrets = %+v", list)
+	}
+	sameTime(t, "created_at kept", list[1].CreatedAt, at(0))
+	sameTime(t, "updated_at", list[1].UpdatedAt, at(2))
+	vals, err := s.SecretValues(ctx, "org-sec-a", []string{"openai", "missing"})
+	must(t, "values", err)
+	if !reflect.DeepEqual(vals, map[string]string{"openai": "v2"}) {
+		t.Fatalf("values = %v", vals)
+	}
+	if vals, _ := s.SecretValues(ctx, "org-sec-a", nil); len(vals) != 0 {
+		t.Fatalf("values of no names = %v", vals)
+	}
+	must(t, "delete", s.DeleteSecret(ctx, "org-sec-a", "openai"))
+	wantErr(t, "delete again", s.DeleteSecret(ctx, "org-sec-a", "openai"), model.ErrNotFound)
+	if vals, _ := s.SecretValues(ctx, "org-sec-b", []string{"openai"}); vals["openai"] != "theirs" {
+		t.Fatalf("other org's secret = %v", vals)
+	}
+}

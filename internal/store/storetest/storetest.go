@@ -88,6 +88,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"UpdateSandboxCreateOperationConcurrent", testUpdateSandboxCreateOperationConcurrent},
 		{"Pools", testPools},
 		{"Network", testNetwork},
+		{"Secrets", testSecrets},
 		{"ClaimSandbox", testClaimSandbox},
 		{"ClaimSandboxConcurrent", testClaimSandboxConcurrent},
 		{"InTx", testInTx},
