@@ -1,0 +1,137 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock/airlock/internal/api/apitypes"
+	"github.com/airlock/airlock/internal/client"
+	"github.com/airlock/airlock/internal/egress/egresstest"
+	"github.com/airlock/airlock/internal/model"
+)
+
+// TestEgressPolicies: inside a gVisor sandbox under `airlock up --egress`,
+// a policy's wildcards, deny rules, CIDR rules and ports decide what curl
+// reaches (denials fail fast: a reset or REFUSED, never a hang); a runtime
+// update applies to new connections at once and cuts an open keep-alive
+// connection it denies; an org restricted to an operator profile gets that
+// profile by default and may not send an inline policy.
+func TestEgressPolicies(t *testing.T) {
+	s := need(t)
+	in := egresstest.Start(t, egresstest.Config{})
+	c, logPath := egressUp(t, s, in, "public")
+	ctx := context.Background()
+	www, other, a := egresstest.Name(egresstest.WWW), egresstest.Name(egresstest.Other), egresstest.Name(egresstest.A)
+	ip4 := in.Addr(4).String()
+
+	policy := `{"version":1,"default":"deny","rules":[
+		{"action":"deny","domains":["` + other + `"]},
+		{"action":"allow","domains":["*.test.airlock"],"ports":[80]},
+		{"action":"allow","cidrs":["` + ip4 + `"],"ports":[443]}]}`
+	id := newSandbox(t, c, client.CreateSandboxRequest{Network: &apitypes.NetworkRequest{Policy: []byte(policy)}}).ID
+
+	// reach runs curl and reports whether it got the test server's page.
+	reach := func(args string) (bool, string, int) {
+		t.Helper()
+		out, _, ms := timed(t, c, id, "curl -sS -m 20 "+args)
+		return strings.Contains(out, "airlock-inet"), out, ms
+	}
+	for _, tc := range []struct {
+		what, args string
+		want       bool
+	}{
+		{"wildcard, port 80", "http://" + www + "/wild", true},
+		{"wildcard, another name", "http://" + a + "/wild", true},
+		{"wildcard, port 443 (not listed)", "-k https://" + www + "/port", false},
+		{"deny rule before the wildcard", "http://" + other + "/deny", false},
+		{"CIDR rule, its port", "-k https://" + ip4 + "/cidr", true},
+		{"CIDR rule, another port", "http://" + ip4 + "/cidr80", false},
+		{"a name outside every rule", "http://example.invalid/", false},
+	} {
+		ok, out, ms := reach(tc.args)
+		t.Logf("%-34s reached=%v in %d ms: %.120q", tc.what, ok, ms, out)
+		if ok != tc.want {
+			t.Errorf("%s: reached=%v, want %v: %s\n%s", tc.what, ok, tc.want, out, egressLog(logPath))
+		}
+		if !tc.want && ms > 5000 {
+			t.Errorf("%s: the denial took %d ms: a denied attempt must fail at once (reset or REFUSED)", tc.what, ms)
+		}
+	}
+
+	t.Run("runtime update", func(t *testing.T) {
+		// A keep-alive connection to www, held open across the update.
+		putFile(t, c, id, "/tmp/ka.py", `import http.client, os, time
+c = http.client.HTTPConnection("`+www+`", 80, timeout=20)
+c.request("GET", "/ka1"); r = c.getresponse(); r.read(); print("first", r.status, flush=True)
+while not os.path.exists("/tmp/go"): time.sleep(0.05)
+try:
+    c.request("GET", "/ka2"); r = c.getresponse(); r.read(); print("second", r.status, flush=True)
+except Exception as e:
+    print("cut", type(e).__name__, flush=True)
+`)
+		sh(t, c, id, "rm -f /tmp/go /tmp/ka.out; (setsid python3 /tmp/ka.py > /tmp/ka.out 2>&1 &); for i in $(seq 100); do grep -q first /tmp/ka.out && exit 0; sleep 0.05; done; cat /tmp/ka.out; exit 1")
+		if _, err := c.SetSandboxNetwork(ctx, id, apitypes.NetworkRequest{Profile: "none"}); err != nil {
+			t.Fatal(err)
+		}
+		t0 := time.Now()
+		var out string
+		for time.Since(t0) < 10*time.Second {
+			var ok bool
+			if ok, out, _ = reach("http://" + www + "/after"); !ok {
+				break
+			}
+		}
+		t.Logf("new connections denied %v after the update returned", time.Since(t0).Round(time.Millisecond))
+		if strings.Contains(out, "airlock-inet") {
+			t.Fatalf("still reachable 10 s after the update: %s", out)
+		}
+		r := sh(t, c, id, "touch /tmp/go; for i in $(seq 200); do grep -q -E 'second|cut' /tmp/ka.out && break; sleep 0.05; done; cat /tmp/ka.out")
+		if !strings.Contains(r.stdout, "cut") {
+			t.Fatalf("the open connection survived an update that denies it: %q", r.stdout)
+		}
+		for _, req := range in.Requests() {
+			if req.Path == "/ka2" || req.Path == "/after" {
+				t.Fatalf("a request after the update reached the upstream: %+v", req)
+			}
+		}
+	})
+
+	t.Run("org restricted to a profile", func(t *testing.T) {
+		prof := `{"version":1,"default":"deny","rules":[{"action":"allow","domains":["` + www + `"]}]}`
+		if _, err := c.PutNetworkProfile(ctx, "www-only", apitypes.NetworkProfileRequest{Policy: []byte(prof)}); err != nil {
+			t.Fatal(err)
+		}
+		org, err := c.CreateOrg(ctx, "egress-team")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.UpdateOrg(ctx, org.ID, client.UpdateOrgRequest{Network: &model.OrgNetwork{Profiles: []string{"www-only"}, Default: "www-only"}}); err != nil {
+			t.Fatal(err)
+		}
+		k, err := c.CreateKey(ctx, org.ID, client.CreateKeyRequest{Name: "k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		oc := client.New(c.BaseURL, k.Secret)
+		var ae *client.APIError
+		if _, _, err := oc.CreateSandbox(ctx, client.CreateSandboxRequest{Network: &apitypes.NetworkRequest{Policy: []byte(`{"version":1,"default":"allow"}`)}}, ""); !errors.As(err, &ae) || ae.Status != 403 {
+			t.Fatalf("inline policy from a restricted org: %v, want 403", err)
+		}
+		oid := newSandbox(t, oc, client.CreateSandboxRequest{}).ID
+		n, err := oc.SandboxNetwork(ctx, oid)
+		if err != nil || n == nil || n.Profile != "www-only" {
+			t.Fatalf("the org's sandbox got %+v (%v), want profile www-only", n, err)
+		}
+		out, _, _ := timed(t, oc, oid, "curl -sS -m 20 http://"+www+"/org")
+		if !strings.Contains(out, "airlock-inet") {
+			t.Fatalf("www from the org's sandbox: %s", out)
+		}
+		out, _, _ = timed(t, oc, oid, "curl -sS -m 20 http://"+a+"/org")
+		if strings.Contains(out, "airlock-inet") {
+			t.Fatalf("a.test.airlock reached under www-only: %s", out)
+		}
+	})
+}
