@@ -65,15 +65,23 @@ type Config struct {
 	// (default 10). It needs an operator key.
 	PoolSize int
 	PoolRuns int
-	// Only restricts the run to these groups (see Groups; nil: all).
+	// Only restricts the run to these groups (see Groups; nil: all but
+	// GroupEgress, which measures this machine rather than the API).
 	Only []string
+	// EgressRun runs GroupEgress (nil: the group is skipped, with the
+	// reason in the report) and EgressConfig says how much it measures.
+	EgressRun    EgressFunc
+	EgressConfig EgressConfig
 	// Progress receives one line per step (nil: discarded).
 	Progress io.Writer
 }
 
 // wants reports whether group g is to be measured.
 func (c *Config) wants(g string) bool {
-	return len(c.Only) == 0 || slices.Contains(c.Only, g)
+	if len(c.Only) == 0 {
+		return g != GroupEgress
+	}
+	return slices.Contains(c.Only, g)
 }
 
 func (c *Config) defaults() {
@@ -121,6 +129,8 @@ type Report struct {
 	// Ratios are derived from measurements, e.g.
 	// "create_to_first_exec_p50_over_runsc_do_p50".
 	Ratios map[string]float64 `json:"ratios"`
+	// Egress is GroupEgress's report (absent when not asked for).
+	Egress *EgressReport `json:"egress,omitempty"`
 	// Errors lists the measurements that failed, also inside Measurements.
 	Errors []string `json:"errors,omitempty"`
 }
@@ -154,6 +164,10 @@ type Parameters struct {
 	PoolSize       int      `json:"pool_size"`
 	PoolRuns       int      `json:"pool_runs"`
 	Groups         []string `json:"groups"`
+	// GroupEgress's, when it runs.
+	EgressRequests      int   `json:"egress_requests,omitempty"`
+	EgressDownloadBytes int64 `json:"egress_download_bytes,omitempty"`
+	EgressDownloadRuns  int   `json:"egress_download_runs,omitempty"`
 }
 
 // Measurement is one measured quantity: statistics, or why it is absent.
@@ -191,6 +205,11 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			PoolSize: cfg.PoolSize, PoolRuns: cfg.PoolRuns, Groups: groups},
 		Measurements: map[string]Measurement{},
 		Ratios:       map[string]float64{},
+	}
+	if cfg.wants(GroupEgress) {
+		e := cfg.EgressConfig
+		e.Defaults()
+		rep.Parameters.EgressRequests, rep.Parameters.EgressDownloadBytes, rep.Parameters.EgressDownloadRuns = e.Requests, e.DownloadBytes, e.DownloadRuns
 	}
 	defer b.cleanup(ctx)
 
@@ -267,6 +286,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			m.Note = fmt.Sprintf("%d of %d creates were started from the template image", n, cfg.Sandboxes)
 			rep.Measurements[MImageCreate] = m
 		}
+	}
+	if ctx.Err() == nil && cfg.wants(GroupEgress) {
+		b.runEgress(ctx, &rep)
 	}
 	b.mu.Lock()
 	rep.Environment.RuntimeUsed = b.runtimeUsed
