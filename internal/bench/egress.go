@@ -29,6 +29,10 @@ type EgressConfig struct {
 	// MiB) and DownloadRuns how often it is timed on each path (default 5).
 	DownloadBytes int64
 	DownloadRuns  int
+	// Runsc is the runsc binary for the curl-in-gVisor cases ("": they
+	// are skipped, RunscWhy says why).
+	Runsc    string
+	RunscWhy string
 	// Progress receives one line per step (nil: discarded).
 	Progress io.Writer
 }

@@ -86,7 +86,7 @@ var benchCmd = &command{
 				PoolSize: *poolSize, PoolRuns: *poolRuns, Only: groups,
 				Runsc: runsc, RunscWhy: why, Progress: r.stderr,
 				EgressRun:    r.env.BenchEgress,
-				EgressConfig: bench.EgressConfig{Requests: *egressN, DownloadBytes: int64(*egressMiB) << 20, DownloadRuns: *egressRuns},
+				EgressConfig: bench.EgressConfig{Requests: *egressN, DownloadBytes: int64(*egressMiB) << 20, DownloadRuns: *egressRuns, Runsc: runsc, RunscWhy: why},
 			})
 			if err := printJSON(r.stdout, rep); err != nil {
 				return err

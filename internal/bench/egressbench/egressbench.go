@@ -112,6 +112,15 @@ func Run(ctx context.Context, cfg bench.EgressConfig) (bench.EgressReport, error
 		ec.Derive()
 		rep.Cases = append(rep.Cases, ec)
 	}
+	for _, c := range curlCases() {
+		if ctx.Err() != nil {
+			break
+		}
+		e.progress("%s ...", c.name)
+		ec := e.measureCurl(ctx, c)
+		ec.Derive()
+		rep.Cases = append(rep.Cases, ec)
+	}
 	rep.Targets = []bench.EgressTarget{
 		{Case: "http_get_new_connection", Metric: "added_p50_ms", Limit: targetPassthroughMs, Text: "plain HTTP, new connection: ≤ +1 ms p50"},
 		{Case: "http_get_keepalive", Metric: "added_p50_ms", Limit: targetPassthroughMs, Text: "plain HTTP, kept-alive connection: ≤ +1 ms p50"},
@@ -143,6 +152,7 @@ type env struct {
 	cfg        bench.EgressConfig
 	in         *egresstest.Internet
 	id         string // the guest's sandbox id
+	netw       runtime.Network
 	directNS   string // the direct namespace's name
 	gw         *egress.Gateway
 	guest      *nsThread
@@ -194,7 +204,7 @@ func (e *env) setup(ctx context.Context) (skip string, err error) {
 
 	// The sandbox's side, as the worker makes it (internal/worker/network.go).
 	ncfg := network.Config{Egress: true}
-	if _, err := network.Setup(ctx, e.id, runtime.Caps{}, ncfg); err != nil {
+	if e.netw, err = network.Setup(ctx, e.id, runtime.Caps{}, ncfg); err != nil {
 		return "", err
 	}
 	e.closers = append(e.closers, func() error { return network.Release(context.Background(), e.id) })
@@ -457,6 +467,13 @@ func (t *nsThread) close() error {
 	return nil
 }
 
+// run runs fn on the thread.
+func (t *nsThread) run(fn func()) {
+	done := make(chan struct{})
+	t.reqs <- func() { fn(); close(done) }
+	<-done
+}
+
 // dial connects from the thread's namespace.
 func (t *nsThread) dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	type result struct {
@@ -548,7 +565,7 @@ func (e *env) measure(ctx context.Context, c kase) bench.EgressCase {
 		buf := make([]byte, 256<<10)
 		send[i] = func() (time.Duration, error) {
 			if p.name == "gateway" {
-				if err := e.fresh(ctx, c.dnsName); err != nil {
+				if err := e.fresh(ctx, c.dnsName, false); err != nil {
 					return 0, err
 				}
 			}
@@ -727,15 +744,16 @@ func (e *env) query(ctx context.Context, p path, c kase) (time.Duration, error) 
 }
 
 // fresh resolves name through the gateway (untimed) unless it did so
-// within refreshAfter, so that the domain rule's DNS attribution holds.
-func (e *env) fresh(ctx context.Context, name string) error {
+// within refreshAfter (or force), so that the domain rule's DNS
+// attribution holds.
+func (e *env) fresh(ctx context.Context, name string, force bool) error {
 	if name == "" {
 		return nil
 	}
 	e.resMu.Lock()
 	last := e.resolved[name]
 	e.resMu.Unlock()
-	if time.Since(last) < refreshAfter {
+	if !force && time.Since(last) < refreshAfter {
 		return nil
 	}
 	_, err := e.query(ctx, path{"gateway", e.guest}, kase{dnsName: name, req: request{addr: e.in.DNS}})

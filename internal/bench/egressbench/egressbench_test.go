@@ -37,7 +37,9 @@ func TestRunOnce(t *testing.T) {
 	testenv.RequireRoot(t, "network namespaces, veths and nftables")
 	before := ourNamespaces(t)
 	var progress bytes.Buffer
-	rep, err := Run(context.Background(), bench.EgressConfig{Requests: 5, DownloadBytes: 4 << 20, DownloadRuns: 2, Progress: &progress})
+	runsc, why := bench.FindRunsc(os.Getenv, os.Getenv("AIRLOCK_TEST_CACHE"))
+	rep, err := Run(context.Background(), bench.EgressConfig{Requests: 5, DownloadBytes: 4 << 20, DownloadRuns: 2,
+		Runsc: runsc, RunscWhy: why, Progress: &progress})
 	if err != nil {
 		t.Fatalf("Run: %v\n%s", err, progress.String())
 	}
@@ -53,11 +55,18 @@ func TestRunOnce(t *testing.T) {
 			}
 			continue
 		}
+		if strings.HasPrefix(c.Name, "curl_") && (strings.HasPrefix(c.Skipped, "no runsc") || c.Skipped == "curl is not installed") {
+			t.Logf("%s: skipped: %s", c.Name, c.Skipped)
+			continue
+		}
 		if c.Error != "" || c.Skipped != "" || c.Direct == nil || c.Gateway == nil {
 			t.Errorf("%s: not measured: error %q skipped %q", c.Name, c.Error, c.Skipped)
 			continue
 		}
 		want := 5
+		if strings.HasPrefix(c.Name, "curl_") {
+			want = curlBatches // one request a batch
+		}
 		if c.Throughput() {
 			want = 2
 			if c.RatioP50 == nil {
@@ -70,7 +79,8 @@ func TestRunOnce(t *testing.T) {
 			t.Errorf("%s: direct %+v gateway %+v; want %d positive samples each", c.Name, c.Direct, c.Gateway, want)
 		}
 	}
-	for _, n := range []string{"dns_query", "http_get_new_connection", "http_get_keepalive", "https_get_passthrough", "https_get_intercept", "download_4mib", "upload_4mib"} {
+	for _, n := range []string{"dns_query", "http_get_new_connection", "http_get_keepalive", "https_get_passthrough", "https_get_intercept", "download_4mib", "upload_4mib",
+		"curl_http_get_netns", "curl_http_get_gvisor", "curl_https_get_gvisor"} {
 		if !names[n] {
 			t.Errorf("no case %s", n)
 		}
@@ -118,7 +128,7 @@ func BenchmarkTransfer(b *testing.B) {
 				b.SetBytes(n)
 				for b.Loop() {
 					if p.name == "gateway" {
-						if err := e.fresh(context.Background(), c.dnsName); err != nil {
+						if err := e.fresh(context.Background(), c.dnsName, false); err != nil {
 							b.Fatal(err)
 						}
 					}
