@@ -25,6 +25,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlock/airlock/internal/api/apitypes"
 	"github.com/airlock/airlock/internal/client"
 	"github.com/airlock/airlock/internal/model"
@@ -629,7 +631,7 @@ func (b *bencher) runscDo(ctx context.Context) Measurement {
 		m.Missing, m.Error = true, fmt.Sprintf("make runsc state dir: %v", err)
 		return m
 	}
-	defer os.RemoveAll(root)
+	defer RemoveRunscRoot(root)
 	args := []string{"--root", root, "--network=none", "--platform=systrap", "do", "true"}
 	m.Command = b.cfg.Runsc + " " + strings.Join(args, " ")
 	var durs []time.Duration
@@ -649,6 +651,16 @@ func (b *bencher) runscDo(ctx context.Context) Measurement {
 	m.Stats = &st
 	b.progress("runsc do true: p50 %.1f ms", st.P50)
 	return m
+}
+
+// RemoveRunscRoot removes a private runsc state directory: runsc binds a
+// network namespace at null-netns in it, which must be unmounted first
+// (os.RemoveAll alone fails there and leaves the namespace bound).
+func RemoveRunscRoot(root string) error {
+	if err := unix.Unmount(filepath.Join(root, "null-netns"), unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmount %s/null-netns: %w", root, err)
+	}
+	return os.RemoveAll(root)
 }
 
 func lastLines(s string, n int) string {

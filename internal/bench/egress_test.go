@@ -3,8 +3,12 @@ package bench
 import (
 	"bytes"
 	"context"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/airlock/airlock/internal/testenv"
 )
 
 func TestEgressDeriveAndJudge(t *testing.T) {
@@ -77,5 +81,29 @@ func TestEgressGroupWithoutRunner(t *testing.T) {
 	}
 	if len(rep.Measurements) != 0 || rep.Parameters.EgressRequests != 200 {
 		t.Errorf("measurements %v, parameters %+v", rep.Measurements, rep.Parameters)
+	}
+}
+
+// TestRemoveRunscRoot: a private runsc root (the runsc group's, the
+// egress group's curl sandboxes') goes away whole, its null-netns bind
+// mount included.
+func TestRemoveRunscRoot(t *testing.T) {
+	testenv.RequireRoot(t, "runs runsc")
+	runsc, why := FindRunsc(os.Getenv, os.Getenv("AIRLOCK_TEST_CACHE"))
+	if runsc == "" {
+		t.Skip(why)
+	}
+	root := t.TempDir()
+	if out, err := exec.Command(runsc, "--root", root, "--network=none", "--platform=systrap", "do", "true").CombinedOutput(); err != nil {
+		t.Fatalf("runsc do true: %v: %s", err, out)
+	}
+	if err := RemoveRunscRoot(root); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(root); !os.IsNotExist(err) {
+		t.Errorf("%s still there: %v", root, err)
+	}
+	if mi, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mi), root) {
+		t.Errorf("a mount under %s is left", root)
 	}
 }

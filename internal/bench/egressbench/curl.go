@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -151,12 +152,16 @@ func (e *env) curlGVisor(ctx context.Context, args []string, n int) ([]float64, 
 	if err := e.fresh(ctx, egresstest.Name(egresstest.WWW), true); err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "airlock-bench-runsc-")
+	dir, err := os.MkdirTemp("", "airlock-bench-curl-")
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
 	bundle, state := filepath.Join(dir, "bundle"), filepath.Join(dir, "state")
+	defer func() {
+		if err := errors.Join(bench.RemoveRunscRoot(state), os.RemoveAll(dir)); err != nil {
+			e.progress("cleanup: %v", err)
+		}
+	}()
 	for _, d := range []string{bundle, state} {
 		if err := os.Mkdir(d, 0o700); err != nil {
 			return nil, err

@@ -96,6 +96,9 @@ func TestRunOnce(t *testing.T) {
 	var text bytes.Buffer
 	bench.FormatEgress(&text, rep)
 	t.Logf("\n%s", text.String())
+	if mi, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mi), "airlock-bench-curl-") {
+		t.Error("a runsc mount of the curl sandboxes is left")
+	}
 	if after := ourNamespaces(t); len(after) > len(before) {
 		t.Errorf("namespaces left behind: before %v, after %v", before, after)
 	} else if !slices.Equal(before, after) {
