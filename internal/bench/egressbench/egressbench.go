@@ -544,9 +544,9 @@ func (e *env) cases() []kase {
 		{name: downloadName(n), desc: fmt.Sprintf("GET of %s (%d bytes) over plain HTTP on a new connection, read in 256 KiB buffers (MB/s, MB = 10^6 bytes)", size, n),
 			rule: "rule 0 (domains)", dnsName: www, throughput: true,
 			req: request{method: "GET", url: fmt.Sprintf("http://%s:%d/bytes?n=%d", www, bulkPort, n), addr: wwwAP(bulkPort), want: n}},
-		{name: uploadName(n), desc: fmt.Sprintf("POST of %s (%d bytes, Content-Length) over plain HTTP on a new connection (MB/s)", size, n),
+		{name: uploadName(n), desc: fmt.Sprintf("POST of %s (%d bytes, Content-Length) over plain HTTP, every upload on one kept-alive connection (so the gateway must find each next request after a body; the sink checks the length) (MB/s)", size, n),
 			rule: "rule 0 (domains)", dnsName: www, throughput: true,
-			req: request{method: "POST", url: fmt.Sprintf("http://%s:%d/sink", www, bulkPort), addr: wwwAP(bulkPort), body: n, want: -1}},
+			req: request{method: "POST", url: fmt.Sprintf("http://%s:%d/sink", www, bulkPort), addr: wwwAP(bulkPort), body: n, want: -1, keepAlive: true}},
 	}
 }
 
