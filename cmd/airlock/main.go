@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock/airlock/internal/bench/egressbench"
 	"github.com/airlock/airlock/internal/cli"
 	"github.com/airlock/airlock/internal/daemon"
 )
@@ -39,6 +40,7 @@ func run(args []string) int {
 		Getenv:          os.Getenv,
 		StdinIsTerminal: isTerminal(os.Stdin),
 		Signals:         sigs,
+		BenchEgress:     egressbench.Run,
 	})
 }
 

@@ -25,6 +25,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlock/airlock/internal/api/apitypes"
 	"github.com/airlock/airlock/internal/client"
 	"github.com/airlock/airlock/internal/model"
@@ -65,15 +67,23 @@ type Config struct {
 	// (default 10). It needs an operator key.
 	PoolSize int
 	PoolRuns int
-	// Only restricts the run to these groups (see Groups; nil: all).
+	// Only restricts the run to these groups (see Groups; nil: all but
+	// GroupEgress, which measures this machine rather than the API).
 	Only []string
+	// EgressRun runs GroupEgress (nil: the group is skipped, with the
+	// reason in the report) and EgressConfig says how much it measures.
+	EgressRun    EgressFunc
+	EgressConfig EgressConfig
 	// Progress receives one line per step (nil: discarded).
 	Progress io.Writer
 }
 
 // wants reports whether group g is to be measured.
 func (c *Config) wants(g string) bool {
-	return len(c.Only) == 0 || slices.Contains(c.Only, g)
+	if len(c.Only) == 0 {
+		return g != GroupEgress
+	}
+	return slices.Contains(c.Only, g)
 }
 
 func (c *Config) defaults() {
@@ -121,6 +131,8 @@ type Report struct {
 	// Ratios are derived from measurements, e.g.
 	// "create_to_first_exec_p50_over_runsc_do_p50".
 	Ratios map[string]float64 `json:"ratios"`
+	// Egress is GroupEgress's report (absent when not asked for).
+	Egress *EgressReport `json:"egress,omitempty"`
 	// Errors lists the measurements that failed, also inside Measurements.
 	Errors []string `json:"errors,omitempty"`
 }
@@ -154,6 +166,10 @@ type Parameters struct {
 	PoolSize       int      `json:"pool_size"`
 	PoolRuns       int      `json:"pool_runs"`
 	Groups         []string `json:"groups"`
+	// GroupEgress's, when it runs.
+	EgressRequests      int   `json:"egress_requests,omitempty"`
+	EgressDownloadBytes int64 `json:"egress_download_bytes,omitempty"`
+	EgressDownloadRuns  int   `json:"egress_download_runs,omitempty"`
 }
 
 // Measurement is one measured quantity: statistics, or why it is absent.
@@ -191,6 +207,11 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			PoolSize: cfg.PoolSize, PoolRuns: cfg.PoolRuns, Groups: groups},
 		Measurements: map[string]Measurement{},
 		Ratios:       map[string]float64{},
+	}
+	if cfg.wants(GroupEgress) {
+		e := cfg.EgressConfig
+		e.Defaults()
+		rep.Parameters.EgressRequests, rep.Parameters.EgressDownloadBytes, rep.Parameters.EgressDownloadRuns = e.Requests, e.DownloadBytes, e.DownloadRuns
 	}
 	defer b.cleanup(ctx)
 
@@ -267,6 +288,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			m.Note = fmt.Sprintf("%d of %d creates were started from the template image", n, cfg.Sandboxes)
 			rep.Measurements[MImageCreate] = m
 		}
+	}
+	if ctx.Err() == nil && cfg.wants(GroupEgress) {
+		b.runEgress(ctx, &rep)
 	}
 	b.mu.Lock()
 	rep.Environment.RuntimeUsed = b.runtimeUsed
@@ -607,7 +631,7 @@ func (b *bencher) runscDo(ctx context.Context) Measurement {
 		m.Missing, m.Error = true, fmt.Sprintf("make runsc state dir: %v", err)
 		return m
 	}
-	defer os.RemoveAll(root)
+	defer RemoveRunscRoot(root)
 	args := []string{"--root", root, "--network=none", "--platform=systrap", "do", "true"}
 	m.Command = b.cfg.Runsc + " " + strings.Join(args, " ")
 	var durs []time.Duration
@@ -627,6 +651,16 @@ func (b *bencher) runscDo(ctx context.Context) Measurement {
 	m.Stats = &st
 	b.progress("runsc do true: p50 %.1f ms", st.P50)
 	return m
+}
+
+// RemoveRunscRoot removes a private runsc state directory: runsc binds a
+// network namespace at null-netns in it, which must be unmounted first
+// (os.RemoveAll alone fails there and leaves the namespace bound).
+func RemoveRunscRoot(root string) error {
+	if err := unix.Unmount(filepath.Join(root, "null-netns"), unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmount %s/null-netns: %w", root, err)
+	}
+	return os.RemoveAll(root)
 }
 
 func lastLines(s string, n int) string {

@@ -36,10 +36,12 @@ const (
 	GroupSuspend   = "suspend"   // suspend and wake with dirtied memory
 	GroupPool      = "pool"      // create → first exec from a warm pool
 	GroupTemplate  = "template"  // create → first exec from a template image
+	// GroupEgress (egress.go) is not in the default set.
 )
 
 // Groups lists every measurement group, in the order Run measures them.
-var Groups = []string{GroupRunsc, GroupCreate, GroupExec, GroupLifecycle, GroupSuspend, GroupPool, GroupTemplate}
+// An empty Config.Only means all of them but GroupEgress.
+var Groups = []string{GroupRunsc, GroupCreate, GroupExec, GroupLifecycle, GroupSuspend, GroupPool, GroupTemplate, GroupEgress}
 
 // errSkip marks a measurement the server cannot take (no lifecycle, a
 // runtime without snapshots, no operator key): it is recorded as missing

@@ -10,12 +10,13 @@ import (
 	"strings"
 
 	"github.com/airlock/airlock/internal/bench"
+	"github.com/airlock/airlock/internal/client"
 )
 
 var benchCmd = &command{
 	name:    "bench",
-	args:    "[--runtime gvisor] [--only GROUPS] [--iterations N] [--concurrency C] [--exec-iterations M] [--file-mib S] [--file-runs R] [--lifecycle-runs L] [--suspend-runs R] [--suspend-mib 16,256] [--pool-size P] [--pool-runs W] [--out FILE]",
-	summary: "measure create→first-exec (cold and from a warm pool), exec round trip, file throughput, pause/resume and suspend/wake against the API; prints a JSON report",
+	args:    "[--runtime gvisor] [--only GROUPS] [--iterations N] [--concurrency C] [--exec-iterations M] [--file-mib S] [--file-runs R] [--lifecycle-runs L] [--suspend-runs R] [--suspend-mib 16,256] [--pool-size P] [--pool-runs W] [--egress-requests N] [--egress-mib S] [--egress-runs R] [--out FILE]",
+	summary: "measure create→first-exec (cold and from a warm pool), exec round trip, file throughput, pause/resume and suspend/wake against the API, or (--only egress, as root) this machine's egress gateway data path; prints a JSON report",
 	setup: func(fs *flag.FlagSet) func(context.Context, *runner, []string) error {
 		rt := fs.String("runtime", "", "sandbox `runtime` (default: the server's)")
 		tmpl := fs.String("template", "base", "`template` for every sandbox")
@@ -29,14 +30,18 @@ var benchCmd = &command{
 		suspendMiB := fs.String("suspend-mib", "16,256", "comma-separated `MiB` a process dirties before the suspend/wake measurements")
 		poolSize := fs.Int("pool-size", 3, "size of the warm pool the warm-create measurement configures (at least 3; needs an operator key)")
 		poolRuns := fs.Int("pool-runs", 10, "creates served from the warm pool")
-		only := fs.String("only", "", "comma-separated measurement `groups` ("+strings.Join(bench.Groups, ", ")+"; default all)")
+		egressN := fs.Int("egress-requests", 200, "timed requests per egress latency case and path")
+		egressMiB := fs.Int("egress-mib", 256, "size of the egress download and upload in `MiB`")
+		egressRuns := fs.Int("egress-runs", 5, "timed egress downloads and uploads per path")
+		only := fs.String("only", "", "comma-separated measurement `groups` ("+strings.Join(bench.Groups, ", ")+"; default all but egress)")
 		out := fs.String("out", "", "also write the report to `FILE`")
 		return func(ctx context.Context, r *runner, args []string) error {
 			if len(args) != 0 {
 				return usagef("bench", "unexpected argument %q", args[0])
 			}
 			for name, v := range map[string]int{"iterations": *n, "concurrency": *conc, "exec-iterations": *execN, "file-mib": *fileMiB, "file-runs": *fileRuns,
-				"lifecycle-runs": *lifecycleRuns, "suspend-runs": *suspendRuns, "pool-size": *poolSize, "pool-runs": *poolRuns} {
+				"lifecycle-runs": *lifecycleRuns, "suspend-runs": *suspendRuns, "pool-size": *poolSize, "pool-runs": *poolRuns,
+				"egress-requests": *egressN, "egress-mib": *egressMiB, "egress-runs": *egressRuns} {
 				if v <= 0 {
 					return usagef("bench", "--%s must be positive", name)
 				}
@@ -59,22 +64,29 @@ var benchCmd = &command{
 					groups = append(groups, g)
 				}
 			}
-			cfg, err := LoadConfig(r.env.getenv, r.global.url, r.global.apiKey)
-			if err != nil {
-				return err
-			}
-			c, err := r.client()
-			if err != nil {
-				return err
+			// The egress group measures this machine, not the API.
+			var c *client.Client
+			apiURL := ""
+			if len(groups) == 0 || slices.ContainsFunc(groups, func(g string) bool { return g != bench.GroupEgress }) {
+				cfg, err := LoadConfig(r.env.getenv, r.global.url, r.global.apiKey)
+				if err != nil {
+					return err
+				}
+				if c, err = r.client(); err != nil {
+					return err
+				}
+				apiURL = cfg.URL
 			}
 			runsc, why := bench.FindRunsc(r.env.getenv, DataDir(r.env.getenv))
 			rep, runErr := bench.Run(ctx, bench.Config{
-				Client: c, APIURL: cfg.URL, Runtime: *rt, Template: *tmpl,
+				Client: c, APIURL: apiURL, Runtime: *rt, Template: *tmpl,
 				Sandboxes: *n, Concurrency: *conc, ExecIterations: *execN,
 				FileBytes: int64(*fileMiB) << 20, FileRuns: *fileRuns,
 				LifecycleRuns: *lifecycleRuns, SuspendRuns: *suspendRuns, SuspendMiB: sizes,
 				PoolSize: *poolSize, PoolRuns: *poolRuns, Only: groups,
 				Runsc: runsc, RunscWhy: why, Progress: r.stderr,
+				EgressRun:    r.env.BenchEgress,
+				EgressConfig: bench.EgressConfig{Requests: *egressN, DownloadBytes: int64(*egressMiB) << 20, DownloadRuns: *egressRuns, Runsc: runsc, RunscWhy: why},
 			})
 			if err := printJSON(r.stdout, rep); err != nil {
 				return err

@@ -18,6 +18,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/airlock/airlock/internal/bench"
 )
 
 // Exit codes.
@@ -42,6 +44,10 @@ type Env struct {
 	// exec forwards them to the remote command; every other command stops
 	// (its context is cancelled). Nil means none arrive.
 	Signals <-chan os.Signal
+	// BenchEgress runs `airlock bench --only egress` (nil: the group is
+	// skipped). cmd/airlock sets it: the gateway is worker code the CLI
+	// does not link.
+	BenchEgress bench.EgressFunc
 }
 
 func (e *Env) getenv(k string) string {

@@ -247,6 +247,9 @@ func TestMainUsage(t *testing.T) {
 		{args: []string{"bench", "--only", "create,naps"}, wantCode: ExitUsage, wantStderr: `unknown group "naps"`},
 		{args: []string{"bench", "--suspend-mib", "16,x"}, wantCode: ExitUsage, wantStderr: "--suspend-mib"},
 		{args: []string{"bench", "--pool-runs", "0"}, wantCode: ExitUsage, wantStderr: "--pool-runs must be positive"},
+		{args: []string{"bench", "--egress-runs", "0"}, wantCode: ExitUsage, wantStderr: "--egress-runs must be positive"},
+		// The egress group needs no API (and this test binary has no egress bench).
+		{args: []string{"bench", "--only", "egress"}, wantCode: 0, wantStdout: "no egress bench", wantStderr: "egress: SKIPPED"},
 		{args: []string{"pool", "set", "base"}, wantCode: ExitUsage, wantStderr: "want <template> <size>"},
 		{args: []string{"pool", "rm"}, wantCode: ExitUsage, wantStderr: "exactly one template"},
 		{args: []string{"up"}, wantCode: ExitUsage, wantStderr: "daemon command"},

@@ -581,7 +581,14 @@ func (g *Gateway) relayHTTP(sb *sandbox, pc *proxyConn, br *bufio.Reader, up net
 				return g.denyHTTP(sb, pc, h.host, err.Error())
 			}
 		case h.length > 0:
-			if _, err := io.CopyN(up, br, h.length); err != nil {
+			// What br holds, then the rest straight from the client
+			// connection, which up.ReadFrom splices (br's peeked bytes
+			// went into its buffer on its first fill: it is larger).
+			n := min(int64(br.Buffered()), h.length)
+			if _, err := io.CopyN(up, br, n); err != nil {
+				return err
+			}
+			if _, err := io.CopyN(up, pc.client, h.length-n); err != nil {
 				return err
 			}
 		}
