@@ -59,6 +59,7 @@ import (
 	"github.com/airlock/airlock/internal/netpolicy"
 	"github.com/airlock/airlock/internal/network"
 	"github.com/airlock/airlock/internal/runtime"
+	"github.com/airlock/airlock/internal/tlsca"
 )
 
 var _ bench.EgressFunc = Run
@@ -195,6 +196,18 @@ func (e *env) setup(ctx context.Context) (skip string, err error) {
 	if !e.roots.AppendCertsFromPEM(in.CAPEM) {
 		return "", errors.New("test internet: CA does not parse")
 	}
+	upstreamRoots := e.roots.Clone()
+	// The org CA the gateway intercepts with; the client trusts it as a
+	// sandbox does (its bundle holds both).
+	caCert, caKey, err := tlsca.Generate("Airlock CA bench", time.Now())
+	if err != nil {
+		return "", err
+	}
+	ca, err := tlsca.Parse(caCert, caKey)
+	if err != nil {
+		return "", err
+	}
+	e.roots.AppendCertsFromPEM(caCert)
 	if err := e.serveBulk(); err != nil {
 		return "", err
 	}
@@ -228,12 +241,14 @@ func (e *env) setup(ctx context.Context) (skip string, err error) {
 	}
 	log := slog.New(slog.NewTextHandler(e.cfg.Progress, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	e.gw = egress.New(egress.Config{
-		Upstreams: []string{in.DNS.String()},
-		Logger:    log.With("component", "egress"),
-		OnEvent:   e.onEvent,
+		Upstreams:     []string{in.DNS.String()},
+		Logger:        log.With("component", "egress"),
+		OnEvent:       e.onEvent,
+		UpstreamRoots: upstreamRoots,
 	})
 	e.closers = append(e.closers, e.gw.Close)
-	if err := e.gw.AttachListeners(e.id, egress.FromPolicy(compiled), ls.Proxy, ls.DNS, ls.DNSTCP); err != nil {
+	policy := egress.WithInterception(egress.FromPolicy(compiled), &egress.Interception{CA: ca})
+	if err := e.gw.AttachListeners(e.id, policy, ls.Proxy, ls.DNS, ls.DNSTCP); err != nil {
 		ls.Close()
 		return "", err
 	}
@@ -577,7 +592,7 @@ func (e *env) measure(ctx context.Context, c kase) bench.EgressCase {
 		mark := time.Now()
 		if _, err := send[i](); err != nil {
 			if d, ok := e.lastDenial(mark); ok && p.name == "gateway" {
-				if c.tls == netpolicy.Intercept && strings.Contains(d.Reason, "interception not available") {
+				if c.tls == netpolicy.Intercept && strings.Contains(d.Reason, "no org CA reached the gateway") {
 					out.Skipped = "interception not available (the gateway refused the connection: " + d.Reason + ")"
 					e.progress("%s: SKIPPED: %s", c.name, out.Skipped)
 					return out
