@@ -15,7 +15,7 @@ import (
 	"strings"
 
 	"github.com/airlock/airlock/internal/bench"
-	"github.com/airlock/airlock/internal/egress/egresstest"
+	"github.com/airlock/airlock/internal/egress/testinet"
 	"github.com/airlock/airlock/internal/network"
 )
 
@@ -40,7 +40,7 @@ type curlCase struct {
 }
 
 func curlCases() []curlCase {
-	www := egresstest.Name(egresstest.WWW)
+	www := testinet.Name(testinet.WWW)
 	return []curlCase{
 		{name: "curl_http_get_netns", desc: "curl http://" + www + "/ (new connection each) from the guest namespace through the gateway, no gVisor, vs curl from the direct namespace; curl's own time_total (ms)", scheme: "http", port: 80},
 		{name: "curl_http_get_gvisor", desc: "curl http://" + www + "/ (new connection each) from inside a gVisor sandbox (runsc --network=sandbox in the guest namespace: gVisor's netstack, then the gateway) vs curl from the direct namespace; curl's own time_total (ms)", scheme: "http", port: 80, gvisor: true},
@@ -50,7 +50,7 @@ func curlCases() []curlCase {
 
 // curlArgs fetches the case's URL n times, printing each transfer's time.
 func (e *env) curlArgs(c curlCase, n int) []string {
-	www := egresstest.Name(egresstest.WWW)
+	www := testinet.Name(testinet.WWW)
 	url := fmt.Sprintf("%s://%s/", c.scheme, www)
 	args := []string{"curl", "-sS", "--fail", "--no-sessionid", "--max-time", "30",
 		"-H", "Connection: close", "--cacert", e.in.CAFile,
@@ -94,7 +94,7 @@ func (e *env) measureCurl(ctx context.Context, c curlCase) bench.EgressCase {
 			case c.gvisor:
 				ts, err = e.curlGVisor(ctx, e.curlArgs(c, k), k)
 			default:
-				if err = e.fresh(ctx, egresstest.Name(egresstest.WWW), true); err == nil {
+				if err = e.fresh(ctx, testinet.Name(testinet.WWW), true); err == nil {
 					ts, err = e.curlIn(ctx, e.guest, curl, e.curlArgs(c, k), k)
 				}
 			}
@@ -149,7 +149,7 @@ func (e *env) curlGVisor(ctx context.Context, args []string, n int) ([]float64, 
 			e.progress("after runsc: %v", err)
 		}
 	}()
-	if err := e.fresh(ctx, egresstest.Name(egresstest.WWW), true); err != nil {
+	if err := e.fresh(ctx, testinet.Name(testinet.WWW), true); err != nil {
 		return nil, err
 	}
 	dir, err := os.MkdirTemp("", "airlock-bench-curl-")

@@ -20,7 +20,7 @@
 //     guard), which dials upstream from the host's namespace over the test
 //     internet's veth: two veth hops and the user-space proxy.
 //
-// The servers are internal/egress/egresstest's test internet (HTTP :80,
+// The servers are internal/egress/testinet's test internet (HTTP :80,
 // HTTPS :443 with a CA of the run's own, DNS :53 in 198.18.0.0/15) and a
 // bulk endpoint of the bench's own on :8080 of the same namespace.
 // Everything is removed before Run returns. Run needs root; without it
@@ -55,7 +55,7 @@ import (
 
 	"github.com/airlock/airlock/internal/bench"
 	"github.com/airlock/airlock/internal/egress"
-	"github.com/airlock/airlock/internal/egress/egresstest"
+	"github.com/airlock/airlock/internal/egress/testinet"
 	"github.com/airlock/airlock/internal/netpolicy"
 	"github.com/airlock/airlock/internal/network"
 	"github.com/airlock/airlock/internal/runtime"
@@ -71,10 +71,10 @@ const (
 	targetThroughput    = 0.8 // gateway over direct, p50
 )
 
-// Addresses of the test internet the cases use (egresstest.Internet.Addr).
+// Addresses of the test internet the cases use (testinet.Internet.Addr).
 const (
-	wwwAddr   = 2 // egresstest.WWW
-	otherAddr = 4 // egresstest.Other
+	wwwAddr   = 2 // testinet.WWW
+	otherAddr = 4 // testinet.Other
 	bulkPort  = 8080
 	warmup    = 5
 	// refreshAfter re-resolves a name through the gateway, untimed, so its
@@ -100,7 +100,7 @@ func Run(ctx context.Context, cfg bench.EgressConfig) (bench.EgressReport, error
 			"direct":  "a network namespace whose eth0 (100.64.0.2/30) is a veth straight into the test internet's namespace: one veth hop, no nftables, no gateway",
 			"gateway": "a sandbox guest namespace made by internal/network (eth0 100.64.0.2/30, veth to its gateway namespace, whose nftables redirect TCP to the gateway's proxy listener and DNS to its resolver) served by egress.New + AttachListeners in this process, dialling upstream from the host namespace over the test internet's veth: two veth hops and the user-space proxy",
 			"client":  "Go net/http in the bench process, its sockets opened on a thread inside the path's namespace; the same client code and request on both paths, interleaved (direct first on even requests, gateway first on odd ones)",
-			"server":  "internal/egress/egresstest in 198.18.0.0/15 (HTTP :80, HTTPS :443 with an ECDSA P-256 certificate of the run's own CA, DNS :53) and the bench's bulk endpoint on :8080 of the same namespace",
+			"server":  "internal/egress/testinet in 198.18.0.0/15 (HTTP :80, HTTPS :443 with an ECDSA P-256 certificate of the run's own CA, DNS :53) and the bench's bulk endpoint on :8080 of the same namespace",
 		},
 		Policy: e.policyJSON,
 	}
@@ -151,7 +151,7 @@ func sizeName(n int64) string {
 // env is one run's namespaces, gateway and clients.
 type env struct {
 	cfg        bench.EgressConfig
-	in         *egresstest.Internet
+	in         *testinet.Internet
 	id         string // the guest's sandbox id
 	netw       runtime.Network
 	directNS   string // the direct namespace's name
@@ -183,7 +183,7 @@ func (e *env) setup(ctx context.Context) (skip string, err error) {
 	e.id = "bench-" + tag
 	e.directNS = "airlockbench-" + tag
 
-	in, err := egresstest.New(egresstest.Config{})
+	in, err := testinet.New(testinet.Config{})
 	if err != nil {
 		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP) {
 			return "cannot make network namespaces and veths here: " + err.Error(), nil
@@ -225,7 +225,7 @@ func (e *env) setup(ctx context.Context) (skip string, err error) {
 	if err != nil {
 		return "", err
 	}
-	www, other := egresstest.Name(egresstest.WWW), egresstest.Name(egresstest.Other)
+	www, other := testinet.Name(testinet.WWW), testinet.Name(testinet.Other)
 	e.policyJSON = fmt.Sprintf(`{"version":1,"default":"deny","rules":[`+
 		`{"action":"allow","domains":[%q],"ports":[80,443,%d]},`+
 		`{"action":"allow","domains":[%q],"ports":[443],"tls":"intercept"}]}`, www, bulkPort, other)
@@ -538,7 +538,7 @@ type kase struct {
 }
 
 func (e *env) cases() []kase {
-	www, other := egresstest.Name(egresstest.WWW), egresstest.Name(egresstest.Other)
+	www, other := testinet.Name(testinet.WWW), testinet.Name(testinet.Other)
 	wwwAP := func(port uint16) netip.AddrPort { return netip.AddrPortFrom(e.in.Addr(wwwAddr), port) }
 	n, size := e.cfg.DownloadBytes, sizeName(e.cfg.DownloadBytes)
 	return []kase{
