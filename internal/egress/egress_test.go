@@ -574,3 +574,52 @@ func TestConcurrentSandboxes(t *testing.T) {
 		t.Fatalf("%d denials:\n%s", n, e.ev)
 	}
 }
+
+// TestProxyBodyFraming: request bodies with a Content-Length (spliced past
+// what the proxy buffered) are framed exactly: a request pipelined right
+// after a large body is still parsed and judged — an allowed one is
+// answered, one whose Host is denied cuts the connection.
+func TestProxyBodyFraming(t *testing.T) {
+	e := newEnv(t)
+	e.attach("sb1", sb1, policyAll())
+	e.resolve(sb1, "allowed.test")
+	const size = 1 << 20
+	body := strings.Repeat("x", size)
+	req := func(host string, n int) string {
+		return fmt.Sprintf("POST /up HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n\r\n%s", host, n, body[:n])
+	}
+	// Three requests in one write: small body, large body, small body.
+	c := e.dial(sb1, e.httpDst)
+	br := bufio.NewReader(c)
+	if _, err := io.WriteString(c, req("allowed.test", 10)+req("allowed.test", size)+req("allowed.test", 3)); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"body=10", fmt.Sprintf("body=%d", size), "body=3"} {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("want %s: %v\n%s", want, err, e.ev)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.HasSuffix(string(b), want) {
+			t.Fatalf("got %q, want …%s", b, want)
+		}
+	}
+	// A large body, then a request for a denied name on the same connection.
+	c = e.dial(sb1, e.httpDst)
+	br = bufio.NewReader(c)
+	io.WriteString(c, req("allowed.test", size))
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	io.WriteString(c, req("denied.test", 1))
+	if _, err := http.ReadResponse(br, nil); err == nil {
+		t.Fatal("the request for a denied name after a large body was answered")
+	}
+	if len(e.ev.find(KindHTTP, false, "Host changed on a kept-alive connection")) == 0 {
+		t.Fatalf("no denial of the second request:\n%s", e.ev)
+	}
+}
