@@ -19,6 +19,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -32,6 +33,8 @@ type testPolicy struct {
 	intercept map[string]bool
 	inject    map[string]string // header → secret, on intercepted names
 	cidrs     []netip.Prefix
+	udpCIDRs  []netip.Prefix  // udp by address
+	udpNames  map[string]bool // udp by name
 }
 
 var _ Policy = (*testPolicy)(nil)
@@ -57,6 +60,17 @@ func (p *testPolicy) Name(n string) Decision {
 }
 
 func (p *testPolicy) Conn(name string, ip netip.Addr, port uint16, proto string) Decision {
+	if proto == "udp" {
+		for _, c := range p.udpCIDRs {
+			if c.Contains(ip) {
+				return Decision{Allow: true, Rule: 4, Reason: "udp cidr"}
+			}
+		}
+		if name != "" && p.udpNames[name] {
+			return Decision{Allow: true, Rule: 5, ByName: true, Reason: "udp name"}
+		}
+		return Decision{Rule: -1, Reason: fmt.Sprintf("no udp rule for %q %v:%d", name, ip, port)}
+	}
 	if name != "" && p.names[name] {
 		return Decision{Allow: true, Rule: 1, ByName: true, TLS: "passthrough"}
 	}
@@ -304,6 +318,15 @@ type env struct {
 	otherDst  netip.AddrPort
 	bannerDst netip.AddrPort
 	pool      *x509.CertPool
+	hostAddr  atomic.Pointer[netip.Addr] // what Config.IsHostAddr says is the host's (setHost)
+}
+
+// setHost makes ip the host's address for the gateway (invalid: none).
+func (e *env) setHost(ip netip.Addr) { e.hostAddr.Store(&ip) }
+
+func (e *env) isHost(ip netip.Addr) bool {
+	h := e.hostAddr.Load()
+	return h != nil && h.IsValid() && *h == ip
 }
 
 func listen(t testing.TB, addr string) net.Listener {
@@ -323,6 +346,7 @@ func newEnv(t testing.TB) *env {
 		OnEvent:     e.ev.add,
 		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Now:         e.clock.Now,
+		IsHostAddr:  e.isHost,
 	})
 	t.Cleanup(func() { e.gw.Close() })
 

@@ -65,6 +65,7 @@ const (
 	KindDNS  = "dns"
 	KindTCP  = "tcp"
 	KindHTTP = "http"
+	KindUDP  = "udp"
 )
 
 // Event records one allowed or denied decision of the gateway.
@@ -199,6 +200,7 @@ type sandbox struct {
 	gen      uint64
 	conns    map[*proxyConn]struct{}
 	detached bool
+	udp      *udpState // ServeUDP's, nil until then
 
 	recMu   sync.Mutex
 	records map[netip.Addr]map[string]time.Time // ip → name → expiry
@@ -342,7 +344,14 @@ func (g *Gateway) Update(sandboxID string, p Policy) error {
 		g.emit(Event{SandboxID: sb.id, Kind: KindTCP, Name: o.name, IP: o.pc.dst.Addr(), Port: o.pc.dst.Port(), Rule: d.Rule, Reason: reason})
 		o.pc.cut()
 	}
+	g.updateUDP(sb, p)
 	return nil
+}
+
+func (sb *sandbox) isDetached() bool {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return sb.detached
 }
 
 // Detach stops serving the sandbox: its open connections are closed and
@@ -370,9 +379,13 @@ func (sb *sandbox) close() {
 	sb.detached = true
 	conns := sb.conns
 	sb.conns = map[*proxyConn]struct{}{}
+	st := sb.udp
 	sb.mu.Unlock()
 	for pc := range conns {
 		pc.cut()
+	}
+	if st != nil {
+		st.relay.Close() // ServeUDP then closes the flows
 	}
 	sb.recMu.Lock()
 	sb.records, sb.nrec = map[netip.Addr]map[string]time.Time{}, 0

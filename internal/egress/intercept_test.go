@@ -35,7 +35,9 @@ func interceptEnv(t *testing.T) (*env, *testPolicy, *Interception, *x509.CertPoo
 	p.intercept["tls.test"] = true
 	p.intercept["intercept.test"] = true
 	p.inject = map[string]string{"Authorization": "api"}
+	e.up.mu.Lock()
 	e.up.zone["intercept.test."] = []dns.RR{rr(t, "intercept.test. 300 IN A 127.0.1.2")}
+	e.up.mu.Unlock()
 	ic := &Interception{CA: ca, Secrets: map[string]string{"api": "Bearer s3cret"}}
 	if err := e.gw.Attach("sb1", netip.MustParseAddr(sb1), WithInterception(p, ic)); err != nil {
 		t.Fatal(err)
@@ -192,7 +194,7 @@ func TestInterceptRefusals(t *testing.T) {
 func TestHostAddrsNeverReachable(t *testing.T) {
 	e := newEnv(t)
 	host := netip.MustParseAddr("127.0.1.1")
-	e.gw.cfg.IsHostAddr = func(ip netip.Addr) bool { return ip == host }
+	e.setHost(host)
 	e.attach("sb1", sb1, allow("allowed.test").withCIDR("127.0.1.0/24"))
 	if r := e.query(sb1, "allowed.test", dns.TypeA); r.Rcode != dns.RcodeRefused {
 		t.Fatalf("a name resolving to a host address: %v", r)
