@@ -19,6 +19,10 @@ import (
 const (
 	TypeSandbox   = "sandbox.state"
 	TypeOperation = "operation.state"
+	// TypeNetworkDenied is an egress denial of a sandbox's gateway
+	// (model.NetDenial), published by the controller from the worker's
+	// Sync under a per-sandbox rate limit (docs/network.md).
+	TypeNetworkDenied = "network.denied"
 )
 
 // Log publishes events. Waiters use Changed() to learn that new events (or
@@ -77,6 +81,11 @@ func (l *Log) Sandbox(ctx context.Context, sb model.Sandbox) error {
 // Operation records op's current state.
 func (l *Log) Operation(ctx context.Context, op model.Operation) error {
 	return l.append(ctx, model.Event{OrgID: op.OrgID, SandboxID: op.SandboxID, OperationID: op.ID, Type: TypeOperation}, op)
+}
+
+// NetworkDenied records an egress denial of sandbox sandboxID of org orgID.
+func (l *Log) NetworkDenied(ctx context.Context, orgID, sandboxID string, d model.NetDenial) error {
+	return l.append(ctx, model.Event{OrgID: orgID, SandboxID: sandboxID, Type: TypeNetworkDenied}, d)
 }
 
 func (l *Log) append(ctx context.Context, ev model.Event, v any) error {
