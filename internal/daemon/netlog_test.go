@@ -126,8 +126,9 @@ func TestReasonCode(t *testing.T) {
 }
 
 // gatewayRig is a real egress gateway on loopback serving one sandbox's
-// listeners, with the worker's recorder behind its OnEvent: original
-// destinations are what the test says, admitted connections reach one
+// listeners, with the worker's recorder behind its OnEvent: the original
+// destination of a connection is the one the test set before dialling it
+// (one connection at a time), admitted connections reach one
 // local HTTP server, the upstream resolver answers 192.0.2.10 for every
 // name.
 type gatewayRig struct {
@@ -135,7 +136,7 @@ type gatewayRig struct {
 	dnsAddr   string
 	proxyAddr string
 	mu        sync.Mutex
-	dst       map[string]netip.AddrPort // client address → original destination
+	dst       netip.AddrPort // of the next connection
 }
 
 func startGatewayRig(t *testing.T, id, policy string, rec *egressRecorder) *gatewayRig {
@@ -163,19 +164,15 @@ func startGatewayRig(t *testing.T, id, policy string, rec *egressRecorder) *gate
 	go (&http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintf(w, "hello %s", r.Host) })}).Serve(web)
 	t.Cleanup(func() { web.Close() })
 
-	r := &gatewayRig{dst: map[string]netip.AddrPort{}}
+	r := &gatewayRig{}
 	r.gw = egress.New(egress.Config{
 		Upstreams: []string{up.LocalAddr().String()},
 		OnEvent:   rec.record,
 		Logger:    newLogger("error"),
-		OriginalDst: func(c net.Conn) (netip.AddrPort, error) {
+		OriginalDst: func(net.Conn) (netip.AddrPort, error) {
 			r.mu.Lock()
 			defer r.mu.Unlock()
-			d, ok := r.dst[c.RemoteAddr().String()]
-			if !ok {
-				return netip.AddrPort{}, errors.New("no destination set for this connection")
-			}
-			return d, nil
+			return r.dst, nil
 		},
 		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			if strings.HasPrefix(addr, "192.0.2.") {
@@ -225,14 +222,14 @@ func (r *gatewayRig) query(t *testing.T, name string, qtype uint16) int {
 // to dst, and returns the answer's first line ("" when reset).
 func (r *gatewayRig) get(t *testing.T, dst, host string) string {
 	t.Helper()
+	r.mu.Lock()
+	r.dst = netip.MustParseAddrPort(dst)
+	r.mu.Unlock()
 	c, err := net.Dial("tcp", r.proxyAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	r.mu.Lock()
-	r.dst[c.LocalAddr().String()] = netip.MustParseAddrPort(dst)
-	r.mu.Unlock()
 	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", host)
 	line, _ := bufio.NewReader(c).ReadString('\n')
 	return strings.TrimSpace(line)
