@@ -15,7 +15,9 @@ package worker
 // and then one a second, and holds at most netPendingMax; whatever is not
 // queued is counted (Suppressed) on the next one that is. A queued denial
 // wakes the sync loop after netCoalesce, so that denials in a burst travel
-// together and arrive within about a second.
+// together and arrive within about a second, and at most every netSyncGap,
+// so that guests cannot make the worker sync (and the server read every
+// sandbox's state) more often than that.
 
 import (
 	"net/http"
@@ -30,10 +32,11 @@ import (
 
 // Bounds of the denials queued for the server.
 const (
-	netBurst      = 20                    // denials a sandbox may queue at once
-	netRefill     = time.Second           // then one per netRefill
-	netPendingMax = 32                    // denials of one sandbox waiting for a Sync
-	netCoalesce   = 50 * time.Millisecond // a queued denial syncs after this
+	netBurst      = 20                     // denials a sandbox may queue at once
+	netRefill     = time.Second            // then one per netRefill
+	netPendingMax = 32                     // denials of one sandbox waiting for a Sync
+	netCoalesce   = 50 * time.Millisecond  // a queued denial syncs after this
+	netSyncGap    = 500 * time.Millisecond // and no sooner after the last Sync that carried denials
 )
 
 // NetLog holds the network logs of a worker's sandboxes. Record is called
@@ -49,6 +52,7 @@ type NetLog struct {
 	pmu    sync.Mutex
 	pend   map[string]*netPending
 	notify chan struct{} // a denial was queued
+	sent   time.Time     // when Take last returned denials (guarded by pmu)
 }
 
 // NewNetLog returns an empty network log.
@@ -183,7 +187,19 @@ func (n *NetLog) Take(max int) []workerapi.NetDenial {
 		default:
 		}
 	}
+	if len(out) > 0 {
+		n.sent = n.now()
+	}
 	return out
+}
+
+// syncDelay is how long after a denial was queued the sync loop should
+// cut its long poll short: netCoalesce, or longer to keep netSyncGap
+// after the last Sync that carried denials.
+func (n *NetLog) syncDelay() time.Duration {
+	n.pmu.Lock()
+	defer n.pmu.Unlock()
+	return max(netCoalesce, netSyncGap-n.now().Sub(n.sent))
 }
 
 // Requeue puts back denials taken for a Sync that failed, ahead of the
@@ -339,7 +355,7 @@ func (w *Worker) handleNetworkLog(rw http.ResponseWriter, r *http.Request) {
 }
 
 // cutShort cancels the Sync in flight when the worker's state changes
-// (kick) or, netCoalesce after, when a denial is queued; it returns when
+// (kick) or, syncDelay after, when a denial is queued; it returns when
 // stop is closed. A Sync carrying denials is left alone for a second
 // first: the server answers it at once (an older server long-polls).
 func (w *Worker) cutShort(carriesDenials bool, cancel func(), stop <-chan struct{}) {
@@ -356,7 +372,7 @@ func (w *Worker) cutShort(carriesDenials bool, cancel func(), stop <-chan struct
 	case <-w.kick:
 		cancel()
 	case <-w.net.Notify():
-		t := time.NewTimer(netCoalesce)
+		t := time.NewTimer(w.net.syncDelay())
 		defer t.Stop()
 		select {
 		case <-t.C:

@@ -276,3 +276,26 @@ func TestNetworkLogDataPlane(t *testing.T) {
 		t.Errorf("after delete: %v, want not found", err)
 	}
 }
+
+// TestNetLogSyncDelay: a denial after a quiet spell syncs after
+// netCoalesce; one right after a Sync that carried denials waits until
+// netSyncGap has passed since it.
+func TestNetLogSyncDelay(t *testing.T) {
+	n, now := testNetLog()
+	if d := n.syncDelay(); d != netCoalesce {
+		t.Errorf("first denial: %v, want %v", d, netCoalesce)
+	}
+	n.Record("sb", denial("a.test"))
+	n.Take(10)
+	if d := n.syncDelay(); d != netSyncGap {
+		t.Errorf("right after a Sync with denials: %v, want %v", d, netSyncGap)
+	}
+	*now = now.Add(netSyncGap - 100*time.Millisecond)
+	if d := n.syncDelay(); d != 100*time.Millisecond {
+		t.Errorf("later: %v, want 100ms", d)
+	}
+	*now = now.Add(time.Hour)
+	if d := n.syncDelay(); d != netCoalesce {
+		t.Errorf("after a quiet spell: %v, want %v", d, netCoalesce)
+	}
+}
