@@ -89,6 +89,7 @@ var routes = []route{
 	{"DELETE", "/v1/pools/{template}", true, (*server).deletePool},
 	{"GET", "/v1/sandboxes/{id}/network", true, (*server).getSandboxNetwork},
 	{"PUT", "/v1/sandboxes/{id}/network", true, (*server).setSandboxNetwork},
+	{"GET", "/v1/sandboxes/{id}/network/log", true, (*server).networkLog},
 	{"GET", "/v1/network-profiles", true, (*server).listNetworkProfiles},
 	{"GET", "/v1/network-profiles/{name}", true, (*server).getNetworkProfile},
 	{"PUT", "/v1/network-profiles/{name}", true, (*server).putNetworkProfile},

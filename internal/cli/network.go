@@ -69,15 +69,23 @@ func printNetwork(r *runner, n *model.SandboxNetwork, asJSON bool) error {
 
 var sandboxNetworkCmd = &command{
 	name:    "sandbox network",
-	args:    "get <sandbox-id> | set <sandbox-id> (--profile NAME | --policy FILE) [--json]",
-	summary: "show or replace a sandbox's egress policy (set: new connections follow it at once; open ones it denies are cut)",
+	args:    "get <sandbox-id> | set <sandbox-id> (--profile NAME | --policy FILE) | log <sandbox-id> [--after N] [--limit N] [--json]",
+	summary: "show or replace a sandbox's egress policy (set: new connections follow it at once; open ones it denies are cut); log: its egress decisions",
 	setup: func(fs *flag.FlagSet) func(context.Context, *runner, []string) error {
 		profile := fs.String("profile", "", "set: network profile `name` (see `airlock network-profile ls`)")
 		policy := fs.String("policy", "", "set: NetworkPolicyV1 JSON `file` (- for stdin)")
-		asJSON := fs.Bool("json", false, "print {profile, policy} as JSON")
+		asJSON := fs.Bool("json", false, "print {profile, policy} (log: the page) as JSON")
+		after := fs.Int64("after", 0, "log: entries after sequence number `N` (the next of an earlier page)")
+		limit := fs.Int("limit", 0, "log: at most `N` entries (0: 1000)")
 		return func(ctx context.Context, r *runner, args []string) error {
-			if len(args) != 2 || args[0] != "get" && args[0] != "set" {
-				return usagef("sandbox network", "want get <sandbox-id> or set <sandbox-id>")
+			if len(args) != 2 || args[0] != "get" && args[0] != "set" && args[0] != "log" {
+				return usagef("sandbox network", "want get <sandbox-id>, set <sandbox-id> or log <sandbox-id>")
+			}
+			if args[0] == "log" {
+				if *profile != "" || *policy != "" {
+					return usagef("sandbox network", "--profile and --policy are for set")
+				}
+				return networkLog(ctx, r, args[1], *after, *limit, *asJSON) // netlog.go
 			}
 			c, err := r.client()
 			if err != nil {

@@ -85,6 +85,7 @@ type Controller struct {
 	stoppingOnce sync.Once
 	// waiting counts Sync long polls blocked on a change (for tests).
 	waiting atomic.Int32
+	net     netLimiter // network.denied events (netdenied.go)
 }
 
 // New returns a controller; call Run to start reconciling and Handler to

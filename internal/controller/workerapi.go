@@ -251,6 +251,10 @@ func (c *Controller) sync(ctx context.Context, id string, req workerapi.SyncRequ
 		}
 		changed = changed || wrote
 	}
+	if len(req.NetDenied) > 0 {
+		c.networkDenied(ctx, id, req.NetDenied) // netdenied.go
+		changed = true                          // answered at once: the worker's next denials are not held up
+	}
 	if !wasFresh {
 		c.Kick() // a worker came back: it may take pending sandboxes
 	}

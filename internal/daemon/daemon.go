@@ -108,6 +108,7 @@ func up(ctx context.Context, args []string) error {
 	deadline := fs.Duration("operation-deadline", 0, "how long a lifecycle operation may take (0: 30m)")
 	quotas := addQuotaFlags(fs)
 	eg := addEgressFlags(fs)
+	metricsAddr := addMetricsFlag(fs)
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	var warm warmFlag
 	fs.Var(&warm, "warm", warmUsage)
@@ -196,6 +197,9 @@ func up(ctx context.Context, args []string) error {
 		dataDir: *dataDir, serverURL: url, token: wt, dataListen: *dataListen,
 		id: workerID, log: log, progress: progress, qemu: *withQEMU, templateImages: runtimeSet(*images),
 		tls: tlsCfg, egress: eg,
+	}
+	if wo.metrics, err = startMetrics(ctx, *metricsAddr, log); err != nil {
+		return err
 	}
 	wo.httpClient = workerHTTP
 	w, err := newWorker(ctx, wo)
@@ -320,6 +324,7 @@ func workerCmd(ctx context.Context, args []string) error {
 	id := fs.String("id", "", "worker id (default: generated once and kept in <data-dir>/worker.id)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	eg := addEgressFlags(fs)
+	metricsAddr := addMetricsFlag(fs)
 	tlsf := addTLSFlags(fs, "the data plane")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -339,10 +344,14 @@ func workerCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	log := newLogger(*logLevel)
+	m, err := startMetrics(ctx, *metricsAddr, log)
+	if err != nil {
+		return err
+	}
 	w, err := newWorker(ctx, workerOptions{
 		dataDir: *dataDir, serverURL: *serverURL, token: *workerToken,
 		dataListen: *dataListen, advertise: *advertise, id: *id, log: log, progress: progressWriter{},
-		qemu: *withQEMU, templateImages: runtimeSet(*images), tls: tlsCfg, egress: eg,
+		qemu: *withQEMU, templateImages: runtimeSet(*images), tls: tlsCfg, egress: eg, metrics: m,
 	})
 	if err != nil {
 		return err
@@ -473,6 +482,7 @@ type workerOptions struct {
 	tls            *tls.Config  // serve the data plane over TLS (nil: http)
 	httpClient     *http.Client // calls the server (nil: the default)
 	egress         egressFlags  // --egress and its settings (zero: off)
+	metrics        *metrics     // --metrics-addr's registry (nil: off)
 }
 
 // templateImagesUsage documents --template-images.
@@ -555,13 +565,14 @@ func newWorker(ctx context.Context, o workerOptions) (*worker.Worker, error) {
 	mem, cpus := capacity()
 	var netCfg network.Config
 	var gw worker.Gateway
+	netLog := worker.NewNetLog()
 	if o.egress.on != nil {
-		if netCfg, gw, err = o.egress.gateway(o.log); err != nil {
+		if netCfg, gw, err = o.egress.gateway(o.log, &egressRecorder{log: netLog, metrics: o.metrics}); err != nil {
 			return nil, err
 		}
 	}
 	return worker.New(worker.Config{
-		Network: netCfg, Gateway: gw,
+		Network: netCfg, Gateway: gw, NetLog: netLog,
 		ID: id, ServerURL: o.serverURL, WorkerToken: o.token, SecretFile: filepath.Join(o.dataDir, "worker.secret"), HTTPClient: o.httpClient,
 		DataPlaneListener: ln, DataPlaneURL: adv, Driver: drivers, Snapshots: snaps, TemplateImages: o.templateImages,
 		Templates:     func() ([]model.Template, error) { return image.ListTemplates(o.dataDir) },

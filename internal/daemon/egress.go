@@ -52,8 +52,8 @@ func addEgressFlags(fs *flag.FlagSet) egressFlags {
 }
 
 // gateway returns the worker's network config and gateway (zero and nil
-// without --egress).
-func (f egressFlags) gateway(log *slog.Logger) (network.Config, worker.Gateway, error) {
+// without --egress); rec takes every decision (netlog.go).
+func (f egressFlags) gateway(log *slog.Logger, rec *egressRecorder) (network.Config, worker.Gateway, error) {
 	if !*f.on {
 		return network.Config{}, nil, nil
 	}
@@ -79,6 +79,7 @@ func (f egressFlags) gateway(log *slog.Logger) (network.Config, worker.Gateway, 
 		if !ev.Allowed {
 			glog.Info("egress denied", "sandbox", ev.SandboxID, "kind", ev.Kind, "name", ev.Name, "sni", ev.SNI, "host", ev.Host, "ip", ev.IP, "port", ev.Port, "reason", ev.Reason)
 		}
+		rec.record(ev)
 	}})
 	none, err := netpolicy.Compile(netpolicy.None(), netpolicy.DefaultGuard())
 	if err != nil {

@@ -38,8 +38,9 @@ type fakeStack struct {
 }
 
 // startFakeStack wires what `airlock up` wires (newServer, the admin key,
-// a registered worker) with the fake runtime in place of gVisor.
-func startFakeStack(t *testing.T) *fakeStack {
+// a registered worker) with the fake runtime in place of gVisor; opts
+// adjust the worker's config.
+func startFakeStack(t *testing.T, opts ...func(*worker.Config)) *fakeStack {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	dir := t.TempDir()
@@ -87,7 +88,7 @@ func startFakeStack(t *testing.T) *fakeStack {
 	}
 	const workerID = "w-fake"
 	started := time.Now()
-	w, err := worker.New(worker.Config{
+	wcfg := worker.Config{
 		ID: workerID, ServerURL: url, WorkerToken: workerToken, SecretFile: filepath.Join(dir, "worker.secret"),
 		DataPlaneListener: dl, DataPlaneURL: "http://" + dl.Addr().String(),
 		Driver:    &airruntime.Multi{Drivers: map[string]airruntime.Driver{fake.Name: drv}, Default: fake.Name},
@@ -101,7 +102,11 @@ func startFakeStack(t *testing.T) *fakeStack {
 		},
 		CapacityMiB: 4096, CapacityVCPUs: 4,
 		Logger: log.With("component", "worker"),
-	})
+	}
+	for _, o := range opts {
+		o(&wcfg)
+	}
+	w, err := worker.New(wcfg)
 	if err != nil {
 		t.Fatal(err)
 	}

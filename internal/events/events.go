@@ -19,6 +19,10 @@ import (
 const (
 	TypeSandbox   = "sandbox.state"
 	TypeOperation = "operation.state"
+	// TypeNetworkDenied is an egress denial of a sandbox's gateway
+	// (model.NetDenial), published by the controller from the worker's
+	// Sync under a per-sandbox rate limit (docs/network.md).
+	TypeNetworkDenied = "network.denied"
 )
 
 // Log publishes events. Waiters use Changed() to learn that new events (or
@@ -28,9 +32,13 @@ const (
 type Log struct {
 	Store store.Store
 	// Now dates the events (nil: time.Now); servers pass their clock.
-	Now  func() time.Time
-	bc   notify.Broadcaster
-	feed feed // the one fan-out to SSE streams (Subscribe)
+	Now func() time.Time
+	bc  notify.Broadcaster
+	// streams wakes the feed only: every append notifies it, and only
+	// the state events also bc (a network.denied event concerns the
+	// streams, not the controller, long polls or workers' syncs).
+	streams notify.Broadcaster
+	feed    feed // the one fan-out to SSE streams (Subscribe)
 }
 
 // New returns a Log over st.
@@ -64,6 +72,7 @@ func (l *Log) remoteAppended() {
 	}
 	f.mu.Unlock()
 	l.bc.Notify()
+	l.streams.Notify()
 }
 
 // Sandbox records sb's current state, without its env: the log is kept
@@ -71,15 +80,23 @@ func (l *Log) remoteAppended() {
 // (GET /v1/sandboxes/{id} has them).
 func (l *Log) Sandbox(ctx context.Context, sb model.Sandbox) error {
 	sb.Env = nil
-	return l.append(ctx, model.Event{OrgID: sb.OrgID, SandboxID: sb.ID, Type: TypeSandbox}, sb)
+	return l.append(ctx, model.Event{OrgID: sb.OrgID, SandboxID: sb.ID, Type: TypeSandbox}, sb, true)
 }
 
 // Operation records op's current state.
 func (l *Log) Operation(ctx context.Context, op model.Operation) error {
-	return l.append(ctx, model.Event{OrgID: op.OrgID, SandboxID: op.SandboxID, OperationID: op.ID, Type: TypeOperation}, op)
+	return l.append(ctx, model.Event{OrgID: op.OrgID, SandboxID: op.SandboxID, OperationID: op.ID, Type: TypeOperation}, op, true)
 }
 
-func (l *Log) append(ctx context.Context, ev model.Event, v any) error {
+// NetworkDenied records an egress denial of sandbox sandboxID of org orgID.
+// It wakes the event streams only, not Changed's waiters: no state changed.
+func (l *Log) NetworkDenied(ctx context.Context, orgID, sandboxID string, d model.NetDenial) error {
+	return l.append(ctx, model.Event{OrgID: orgID, SandboxID: sandboxID, Type: TypeNetworkDenied}, d, false)
+}
+
+// append stores ev with v as its data and wakes the streams, and with
+// state set Changed's waiters too.
+func (l *Log) append(ctx context.Context, ev model.Event, v any, state bool) error {
 	data, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("events: encode %s: %w", ev.Type, err)
@@ -95,6 +112,9 @@ func (l *Log) append(ctx context.Context, ev model.Event, v any) error {
 		return fmt.Errorf("events: append %s: %w", ev.Type, err)
 	}
 	l.appended(got.Seq)
-	l.bc.Notify()
+	l.streams.Notify()
+	if state {
+		l.bc.Notify()
+	}
 	return nil
 }

@@ -54,8 +54,8 @@ type feed struct {
 // what it has).
 //
 // One goroutine per Log serves every subscription: it reads new events once
-// per wake-up (Changed), however many subscriptions there are. It runs
-// while there is a subscription.
+// per append (its own or, with Listen, another server's), however many
+// subscriptions there are. It runs while there is a subscription.
 func (l *Log) Subscribe(ctx context.Context, orgID, sandboxID string) (*Subscription, error) {
 	f := &l.feed
 	f.mu.Lock()
@@ -87,7 +87,7 @@ func (l *Log) Subscribe(ctx context.Context, orgID, sandboxID string) (*Subscrip
 		f.running = true
 		// Take the wake-up channel now: an event appended between here
 		// and the goroutine's first read is not missed.
-		go l.runFeed(l.Changed(), f.cursor)
+		go l.runFeed(l.streams.C(), f.cursor)
 	}
 	return s, nil
 }
@@ -149,7 +149,7 @@ func (l *Log) runFeed(changed <-chan struct{}, cursor int64) {
 		case <-changed:
 		case <-stop:
 		}
-		changed, stop = l.Changed(), f.wake.C()
+		changed, stop = l.streams.C(), f.wake.C()
 	}
 }
 

@@ -80,6 +80,7 @@ func (w *Worker) Handler() http.Handler {
 	})
 	mux.HandleFunc(workerapi.RouteAttach, w.handleAttach)
 	mux.HandleFunc(workerapi.RouteListCommands, w.files(w.handleListCommands))
+	mux.HandleFunc(workerapi.RouteNetworkLog, w.handleNetworkLog) // netlog.go
 	mux.HandleFunc("GET /v1/sandboxes/{sid}/files/content", w.files(w.handleRead))
 	mux.HandleFunc("PUT /v1/sandboxes/{sid}/files/content", w.files(w.handleWrite))
 	mux.HandleFunc("GET /v1/sandboxes/{sid}/files/stat", w.files(w.handleStat))

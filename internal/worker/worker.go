@@ -101,6 +101,10 @@ type Config struct {
 	// with Egress: the listeners are not opened and the guest's
 	// connections are refused.
 	Gateway Gateway
+	// NetLog receives the gateway's decisions (the daemon feeds it from
+	// the gateway's events); the worker serves it on the data plane and
+	// sends its denials up in each Sync (netlog.go). nil: an empty one.
+	NetLog *NetLog
 }
 
 // Gateway is the worker's egress gateway (internal/egress).
@@ -227,6 +231,7 @@ type Worker struct {
 	attaches sync.WaitGroup // hijacked WebSocket handlers, which Shutdown does not wait for
 
 	cmds startedCommands // the commands started per sandbox (dataplane.go)
+	net  *NetLog         // the sandboxes' network logs (netlog.go)
 }
 
 // New returns a worker for cfg; it listens on the data-plane address at once
@@ -244,6 +249,10 @@ func New(cfg Config) (*Worker, error) {
 		kick:      make(chan struct{}, 1),
 		stateCh:   make(chan struct{}),
 		workerID:  cfg.ID,
+		net:       cfg.NetLog,
+	}
+	if w.net == nil {
+		w.net = NewNetLog()
 	}
 	if w.log == nil {
 		w.log = slog.Default()
@@ -554,6 +563,7 @@ func (w *Worker) syncLoop(ctx context.Context) error {
 	var templates []model.Template
 	for ctx.Err() == nil {
 		req, reported := w.observed()
+		req.NetDenied = w.net.Take(workerapi.MaxNetDenials)
 		if time.Since(lastTemplates) > 10*time.Second {
 			templates = w.templates()
 			lastTemplates = time.Now()
@@ -562,13 +572,7 @@ func (w *Worker) syncLoop(ctx context.Context) error {
 		// An observed change arriving during the long poll cuts it short.
 		pollCtx, cancel := context.WithCancel(ctx)
 		stop := make(chan struct{})
-		go func() {
-			select {
-			case <-w.kick:
-				cancel()
-			case <-stop:
-			}
-		}()
+		go w.cutShort(len(req.NetDenied) > 0, cancel, stop)
 		v := version
 		if w.resync.Swap(false) {
 			v = -1 // a different version: the server answers at once
@@ -577,6 +581,9 @@ func (w *Worker) syncLoop(ctx context.Context) error {
 		resp, err := w.sync(pollCtx, req, v)
 		close(stop)
 		cancel()
+		if err != nil {
+			w.net.Requeue(req.NetDenied)
+		}
 		if w.log.Enabled(ctx, slog.LevelDebug) {
 			w.log.Debug("sync", "took", time.Since(t0), "observed", len(req.Observed), "err", err, "version", resp.Version)
 		}
@@ -651,6 +658,7 @@ func (w *Worker) observed() (workerapi.SyncRequest, []string) {
 			reported = append(reported, id)
 		}
 	}
+	w.net.Retain(func(id string) bool { return w.sandboxes[id] != nil })
 	return req, reported
 }
 
@@ -661,6 +669,7 @@ func (w *Worker) ackDeleted(ids []string) {
 	for _, id := range ids {
 		if sb := w.sandboxes[id]; sb != nil && sb.state == model.StateDeleted && !sb.busy {
 			delete(w.sandboxes, id)
+			w.net.Drop(id)
 		}
 	}
 }

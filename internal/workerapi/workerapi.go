@@ -148,6 +148,9 @@ type TaskResult struct {
 type SyncRequest struct {
 	Observed  []Observed       `json:"observed"`
 	Templates []model.Template `json:"templates,omitempty"`
+	// NetDenied are egress denials since the last Sync, for the server to
+	// publish as network.denied events (netlog.go; at most MaxNetDenials).
+	NetDenied []NetDenial `json:"net_denied,omitempty"`
 }
 
 // Assignment is the desired state of one sandbox on this worker.
