@@ -97,13 +97,17 @@ func reasonCode(allowed bool, rule int, reason string) string {
 		return model.NetCodeRule
 	case pre("default "):
 		return model.NetCodeDefault
-	case pre("interception"):
+	case pre("interception", "secret "), has("no org CA", "intercepted now", "no longer intercepted"):
 		return model.NetCodeInterception
 	case pre("Host "):
 		return model.NetCodeAttribution // an IP literal Host that is not the destination
+	case pre("no rule allows udp"):
+		return model.NetCodeProtocol
+	case pre("absolute URI for "):
+		return model.NetCodeProtocol
 	case pre("name ", "invalid ", "malformed ", "not a valid host name", "protocol ", "request ", "CONNECT ", "Transfer-Encoding ", "chunked ", "HTTP ", "TLS "):
 		return model.NetCodeProtocol
-	case pre("upstream resolver failed"):
+	case pre("upstream resolver failed", "dial: "):
 		return model.NetCodeUpstream
 	case pre("query from ", "connection from ", "sandbox detached"):
 		return model.NetCodeUnattached
