@@ -22,8 +22,9 @@ import (
 // processes run: IPv6 off (the gateway drops it anyway; this keeps the
 // guest from even sending router solicitations), eth0's address and
 // default route through rtnetlink, and /etc/resolv.conf naming the
-// gateway. A snapshot keeps all of it in the guest's memory and disk, so a
-// woken guest needs nothing again. Without airlock.net eth0 stays down.
+// gateway (a read-only bind mount, as in gVisor). A snapshot keeps all of
+// it in the guest's memory and disk, so a woken guest needs nothing again.
+// Without airlock.net eth0 stays down.
 
 const vmNetIf = "eth0"
 
@@ -70,14 +71,39 @@ func vmNetwork(n agentapi.VMNet, log *slog.Logger) error {
 			fmt.Fprintf(&conf, "nameserver %s\n", d)
 		}
 		conf.WriteString("options edns0\n")
-		// Whatever the template has there (a file, a symlink into
-		// /run/systemd) is replaced by a file.
-		os.Remove("/etc/resolv.conf")
-		if err := os.WriteFile("/etc/resolv.conf", []byte(conf.String()), 0o644); err != nil {
-			return fmt.Errorf("write /etc/resolv.conf: %w", err)
+		if err := resolvConf(conf.String()); err != nil {
+			return err
 		}
 	}
 	log.Info("vm init: network", "if", vmNetIf, "addr", n.Addr, "gateway", n.Gateway, "dns", n.DNS)
+	return nil
+}
+
+// vmResolvConf is the file mounted over /etc/resolv.conf.
+const vmResolvConf = "/run/airlock/resolv.conf"
+
+// resolvConf makes /etc/resolv.conf a read-only bind mount of a file with
+// content, as gVisor's is. (The guest's root can unmount it; it gains
+// nothing by that: every DNS query, to any address, goes to the gateway.)
+func resolvConf(content string) error {
+	if err := os.MkdirAll("/run/airlock", 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(vmResolvConf, []byte(content), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", vmResolvConf, err)
+	}
+	// Whatever the template has there (a file, a symlink into
+	// /run/systemd) becomes an empty file to mount over.
+	os.Remove("/etc/resolv.conf")
+	if err := os.WriteFile("/etc/resolv.conf", nil, 0o644); err != nil {
+		return fmt.Errorf("create /etc/resolv.conf: %w", err)
+	}
+	if err := unix.Mount(vmResolvConf, "/etc/resolv.conf", "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("mount /etc/resolv.conf: %w", err)
+	}
+	if err := unix.Mount("", "/etc/resolv.conf", "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mount /etc/resolv.conf read-only: %w", err)
+	}
 	return nil
 }
 
