@@ -25,10 +25,11 @@ import (
 // returns its admin client and log path. The instance is stopped when t
 // ends, after the sandboxes created later are deleted (cleanups run last
 // first).
-func egressUp(t *testing.T, s *stack, in *egresstest.Internet, profile, rt string) (*client.Client, string) {
+func egressUp(t *testing.T, s *stack, in *egresstest.Internet, profile, rt string, extra ...string) (*client.Client, string) {
 	t.Helper()
 	u := newUp(t, s, "http")
 	args := []string{"--template-images", "", "--egress", "--egress-resolver", in.DNS.String(), "--egress-profile", profile}
+	args = append(args, extra...) // a flag given again wins
 	if rt == "qemu" {
 		for _, d := range []string{"qemu", "images"} {
 			if err := os.MkdirAll(filepath.Join(s.workerDir, d), 0o755); err != nil {
@@ -134,10 +135,12 @@ func putFile(t *testing.T, c *client.Client, id, path, content string) {
 }
 
 // timed runs script in the sandbox and appends "rc=<exit> ms=<elapsed>"
-// measured in the guest.
+// measured in the guest, on its uptime clock (a VM's wall clock may be
+// stepped to the host's while the script runs).
 func timed(t *testing.T, c *client.Client, id, script string) (out string, rc, ms int) {
 	t.Helper()
-	r := sh(t, c, id, "t0=$(date +%s%N); { "+script+" ; } 2>&1; rc=$?; echo; echo \"rc=$rc ms=$(( ($(date +%s%N)-t0)/1000000 ))\"")
+	r := sh(t, c, id, "t0=$(cut -d' ' -f1 /proc/uptime); { "+script+" ; } 2>&1; rc=$?; t1=$(cut -d' ' -f1 /proc/uptime); "+
+		"echo; echo rc=$rc ms=$(echo $t0 $t1 | awk '{print int(($2-$1)*1000)}')")
 	m := regexp.MustCompile(`rc=(\d+) ms=(\d+)\s*$`).FindStringSubmatch(r.stdout)
 	if m == nil {
 		t.Fatalf("%s: no rc line in %q (stderr %q)", script, r.stdout, r.stderr)
@@ -297,6 +300,40 @@ func egressFunctional(t *testing.T, rt string) {
 			want("curl http after wake", out, "airlock-inet addr="+wwwIP+" host="+www+" ", "path=/woken")
 		}
 	})
+
+	if rt == "qemu" {
+		// QEMU's default: creates restore a template image (a VM booted
+		// and checkpointed once). The image is built on the egress
+		// network, so a sandbox restored from it has its link at once.
+		t.Run("template-image", func(t *testing.T) {
+			c, logPath := egressUp(t, s, in, "public", rt, "--template-images", "qemu")
+			egressSandbox(t, c, rt) // boots; the image is built in the background
+			deadline := time.Now().Add(10 * time.Minute)
+			for {
+				b, _ := os.ReadFile(logPath)
+				if strings.Contains(string(b), "template image built") {
+					break
+				}
+				if strings.Contains(string(b), "template image not built") || time.Now().After(deadline) {
+					t.Fatalf("no template image:\n%s", b)
+				}
+				time.Sleep(500 * time.Millisecond)
+			}
+			id := egressSandbox(t, c, rt)
+			www := egresstest.Name(egresstest.WWW)
+			out, rc, ms := timed(t, c, id, "cat /etc/resolv.conf; curl -sS -m 20 http://"+www+"/from-image")
+			t.Logf("curl http from a sandbox restored from the template image: rc=%d in %d ms: %s", rc, ms, out)
+			if rc != 0 || !strings.Contains(out, "nameserver 100.64.0.1") || !strings.Contains(out, "path=/from-image") {
+				t.Errorf("a sandbox restored from the template image has no working egress:\n%s", out)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if sb, err := c.GetSandbox(ctx, id); err != nil || sb.StartedFrom != model.StartedTemplateImage {
+				b, _ := os.ReadFile(logPath)
+				t.Errorf("sandbox started from %q (%v), want the template image:\n%s", sb.StartedFrom, err, b)
+			}
+		})
+	}
 
 	t.Run("none", func(t *testing.T) {
 		c, logPath := egressUp(t, s, in, "none", rt)
