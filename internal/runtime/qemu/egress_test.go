@@ -163,3 +163,24 @@ func TestEgressVM(t *testing.T) {
 		t.Logf("restore into an isolated network: %v", err)
 	}
 }
+
+// TestEgressVMFailedStart: a start that fails on an egress network (here
+// the template has no agent) leaves neither namespace behind, as the
+// worker's withNetwork does it: Setup, the driver's Start, Release.
+func TestEgressVMFailedStart(t *testing.T) {
+	f := fixture(t, qemu.AccelTCG)
+	d := &netDriver{Driver: f.d.Driver, cfg: network.Config{Egress: true}}
+	id := "sb-egress-failed"
+	if _, err := d.Start(context.Background(), runtime.Spec{ID: id, RootFS: t.TempDir()}); err == nil {
+		d.Delete(context.Background(), id)
+		t.Fatal("Start of a template without an agent succeeded")
+	}
+	for _, p := range []string{network.Path(id), network.GatewayPath(id)} {
+		if _, err := os.Lstat(p); err == nil {
+			t.Errorf("%s remains after a failed Start", p)
+		}
+	}
+	if ids, _ := f.d.List(context.Background()); len(ids) != 0 {
+		t.Errorf("a failed Start left %v", ids)
+	}
+}
