@@ -10,7 +10,7 @@ package agent
 //
 // The kernel command line carries the parameters (agentapi.VMParams; the
 // devices, words and handshake shared with the host are in
-// internal/agentapi/vmlink.go).
+// internal/agentapi/vmlink.go), the network among them (vmnet.go).
 
 import (
 	"bytes"
@@ -135,6 +135,11 @@ func VMBoot(p agentapi.VMParams, log *slog.Logger) error {
 	}
 	if err := linkUp("lo"); err != nil {
 		return fmt.Errorf("bring up lo: %w", err)
+	}
+	if !p.Net.IsZero() {
+		if err := vmNetwork(p.Net, log); err != nil {
+			return fmt.Errorf("network: %w", err)
+		}
 	}
 	env := []string{VMStageEnv + "=root", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"}
 	argv := append([]string{vmAgentPath}, p.Args...)

@@ -22,7 +22,7 @@ import (
 func TestEgressPolicies(t *testing.T) {
 	s := need(t)
 	in := egresstest.Start(t, egresstest.Config{})
-	c, logPath := egressUp(t, s, in, "public")
+	c, logPath := egressUp(t, s, in, "public", "gvisor")
 	ctx := context.Background()
 	www, other, a := egresstest.Name(egresstest.WWW), egresstest.Name(egresstest.Other), egresstest.Name(egresstest.A)
 	ip4 := in.Addr(4).String()

@@ -1,40 +1,58 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/airlock/airlock/internal/client"
 	"github.com/airlock/airlock/internal/egress/egresstest"
+	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/network"
+	"github.com/airlock/airlock/internal/testenv"
 )
 
-// egressUp starts `airlock up --egress` (gVisor only) whose gateway
-// resolves through the test internet's DNS, under profile, and returns
-// its admin client and log path. The instance is stopped when t ends,
-// after the sandboxes created later are deleted (cleanups run last
+// egressUp starts `airlock up --egress` whose gateway resolves through the
+// test internet's DNS, under profile, with runtime rt (gvisor: QEMU off;
+// qemu: QEMU on, sharing the stack's QEMU assets and template images), and
+// returns its admin client and log path. The instance is stopped when t
+// ends, after the sandboxes created later are deleted (cleanups run last
 // first).
-func egressUp(t *testing.T, s *stack, in *egresstest.Internet, profile string, extra ...string) (*client.Client, string) {
+func egressUp(t *testing.T, s *stack, in *egresstest.Internet, profile, rt string, extra ...string) (*client.Client, string) {
 	t.Helper()
 	u := newUp(t, s, "http")
-	args := append([]string{"--qemu=false", "--template-images", "",
-		"--egress", "--egress-resolver", in.DNS.String(), "--egress-profile", profile}, extra...)
+	args := []string{"--template-images", "", "--egress", "--egress-resolver", in.DNS.String(), "--egress-profile", profile}
+	args = append(args, extra...) // a flag given again wins
+	if rt == "qemu" {
+		for _, d := range []string{"qemu", "images"} {
+			if err := os.MkdirAll(filepath.Join(s.workerDir, d), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(filepath.Join(s.workerDir, d), filepath.Join(u.dir, d)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	} else {
+		args = append(args, "--qemu=false")
+	}
 	up := u.start(t, s, http.DefaultClient, args...)
 	t.Cleanup(func() { kill(up, syscall.SIGTERM) })
 	return client.New(u.url, u.adminKey()), u.logPath
 }
 
-// egressSandbox creates a sandbox and checks, when t ends, that its
-// namespaces went with it.
-func egressSandbox(t *testing.T, c *client.Client) string {
+// egressSandbox creates a sandbox of runtime rt and checks, when t ends,
+// that its namespaces went with it.
+func egressSandbox(t *testing.T, c *client.Client, rt string) string {
 	t.Helper()
 	var id string
-	t.Cleanup(func() { // registered first, so it runs after newSandbox's delete
+	t.Cleanup(func() { // registered first, so it runs after the sandbox's delete
 		if id == "" {
 			return
 		}
@@ -44,11 +62,55 @@ func egressSandbox(t *testing.T, c *client.Client) string {
 			}
 		}
 	})
-	id = newSandbox(t, c, client.CreateSandboxRequest{}).ID
+	if rt == "qemu" {
+		id = newQEMUSandbox(t, c)
+	} else {
+		id = newSandbox(t, c, client.CreateSandboxRequest{}).ID
+	}
 	if !network.HasGateway(id) {
 		t.Fatalf("sandbox %s has no gateway namespace: is --egress on?", id)
 	}
 	return id
+}
+
+// newQEMUSandbox creates a qemu sandbox, allowing for the runtime's
+// background set-up in a fresh `airlock up` (the guest initramfs for this
+// build's agent, the template's image), and deletes it when t ends.
+func newQEMUSandbox(t *testing.T, c *client.Client) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	t0 := time.Now()
+	sb, op, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Runtime: "qemu"}, "")
+	if err != nil {
+		t.Fatalf("create a qemu sandbox: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if op, err := c.DeleteSandbox(ctx, sb.ID); err == nil {
+			c.WaitOperation(ctx, op.ID)
+		}
+	})
+	if _, err := c.WaitOperation(ctx, op.ID); err != nil {
+		t.Fatalf("qemu sandbox did not start: %v", err)
+	}
+	t.Logf("qemu sandbox %s running after %v", sb.ID, time.Since(t0).Round(time.Millisecond))
+	return sb.ID
+}
+
+// upLifecycle runs a suspend or wake of sandbox id to its end.
+func upLifecycle(t *testing.T, c *client.Client, id string, call func(context.Context, string) (model.Operation, error)) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	op, err := call(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitOperation(ctx, op.ID); err != nil {
+		t.Fatalf("operation %s: %v", op.Kind, err)
+	}
 }
 
 // egressLog is the "egress denied" lines of an airlock up log.
@@ -73,10 +135,12 @@ func putFile(t *testing.T, c *client.Client, id, path, content string) {
 }
 
 // timed runs script in the sandbox and appends "rc=<exit> ms=<elapsed>"
-// measured in the guest.
+// measured in the guest, on its uptime clock (a VM's wall clock may be
+// stepped to the host's while the script runs).
 func timed(t *testing.T, c *client.Client, id, script string) (out string, rc, ms int) {
 	t.Helper()
-	r := sh(t, c, id, "t0=$(date +%s%N); { "+script+" ; } 2>&1; rc=$?; echo; echo \"rc=$rc ms=$(( ($(date +%s%N)-t0)/1000000 ))\"")
+	r := sh(t, c, id, "t0=$(cut -d' ' -f1 /proc/uptime); { "+script+" ; } 2>&1; rc=$?; t1=$(cut -d' ' -f1 /proc/uptime); "+
+		"echo; echo rc=$rc ms=$(echo $t0 $t1 | awk '{print int(($2-$1)*1000)}')")
 	m := regexp.MustCompile(`rc=(\d+) ms=(\d+)\s*$`).FindStringSubmatch(r.stdout)
 	if m == nil {
 		t.Fatalf("%s: no rc line in %q (stderr %q)", script, r.stdout, r.stderr)
@@ -128,14 +192,25 @@ print("from=%s id_ok=%s rcode=%d answers=%d ips=%s" % (src[0], rid == qid, flags
 // use a name that resolves to a private address (rebinding), and gets a
 // reset for private and metadata addresses; under --egress-profile none
 // every name is REFUSED and every connection reset.
-func TestEgressFunctional(t *testing.T) {
+func TestEgressFunctional(t *testing.T) { egressFunctional(t, "gvisor") }
+
+// TestEgressFunctionalQEMU is TestEgressFunctional with a QEMU sandbox
+// (TCG on these machines): its tap is bridged to the same gateway path,
+// and the guest configured its address and resolver at boot. It also
+// suspends and wakes the sandbox and reaches the test internet again.
+func TestEgressFunctionalQEMU(t *testing.T) {
+	testenv.RequireQEMU(t)
+	egressFunctional(t, "qemu")
+}
+
+func egressFunctional(t *testing.T, rt string) {
 	s := need(t)
 	in := egresstest.Start(t, egresstest.Config{})
 	t.Logf("test internet %s: %s, DNS %s", in.Netns, in.Prefix, in.DNS)
 
 	t.Run("public", func(t *testing.T) {
-		c, logPath := egressUp(t, s, in, "public")
-		id := egressSandbox(t, c)
+		c, logPath := egressUp(t, s, in, "public", rt)
+		id := egressSandbox(t, c, rt)
 		putFile(t, c, id, "/tmp/ca.pem", string(in.CAPEM))
 		www := egresstest.Name(egresstest.WWW)
 		wwwIP := in.Addr(2).String()
@@ -212,11 +287,57 @@ func TestEgressFunctional(t *testing.T) {
 				t.Errorf("no 'egress denied' line for %s in the log of airlock up; denied lines:\n%s", ip, denied)
 			}
 		}
+
+		if rt == "qemu" {
+			// Suspend and wake: the guest's memory keeps its address,
+			// route, MAC and ARP cache; the worker makes the same link
+			// and gateway listeners again, so it reaches the network at
+			// once (a stale link would time out here).
+			upLifecycle(t, c, id, c.SuspendSandbox)
+			upLifecycle(t, c, id, c.WakeSandbox)
+			out, rc, ms := timed(t, c, id, "curl -sS -m 20 http://"+www+"/woken")
+			t.Logf("curl http after suspend and wake: rc=%d in %d ms: %s", rc, ms, out)
+			want("curl http after wake", out, "airlock-inet addr="+wwwIP+" host="+www+" ", "path=/woken")
+		}
 	})
 
+	if rt == "qemu" {
+		// QEMU's default: creates restore a template image (a VM booted
+		// and checkpointed once). The image is built on the egress
+		// network, so a sandbox restored from it has its link at once.
+		t.Run("template-image", func(t *testing.T) {
+			c, logPath := egressUp(t, s, in, "public", rt, "--template-images", "qemu")
+			egressSandbox(t, c, rt) // boots; the image is built in the background
+			deadline := time.Now().Add(10 * time.Minute)
+			for {
+				b, _ := os.ReadFile(logPath)
+				if strings.Contains(string(b), "template image built") {
+					break
+				}
+				if strings.Contains(string(b), "template image not built") || time.Now().After(deadline) {
+					t.Fatalf("no template image:\n%s", b)
+				}
+				time.Sleep(500 * time.Millisecond)
+			}
+			id := egressSandbox(t, c, rt)
+			www := egresstest.Name(egresstest.WWW)
+			out, rc, ms := timed(t, c, id, "cat /etc/resolv.conf; curl -sS -m 20 http://"+www+"/from-image")
+			t.Logf("curl http from a sandbox restored from the template image: rc=%d in %d ms: %s", rc, ms, out)
+			if rc != 0 || !strings.Contains(out, "nameserver 100.64.0.1") || !strings.Contains(out, "path=/from-image") {
+				t.Errorf("a sandbox restored from the template image has no working egress:\n%s", out)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if sb, err := c.GetSandbox(ctx, id); err != nil || sb.StartedFrom != model.StartedTemplateImage {
+				b, _ := os.ReadFile(logPath)
+				t.Errorf("sandbox started from %q (%v), want the template image:\n%s", sb.StartedFrom, err, b)
+			}
+		})
+	}
+
 	t.Run("none", func(t *testing.T) {
-		c, logPath := egressUp(t, s, in, "none")
-		id := egressSandbox(t, c)
+		c, logPath := egressUp(t, s, in, "none", rt)
+		id := egressSandbox(t, c, rt)
 		putFile(t, c, id, "/tmp/dnsq.py", dnsQueryPy)
 		www := egresstest.Name(egresstest.WWW)
 		out, rc, ms := timed(t, c, id, "python3 /tmp/dnsq.py 100.64.0.1 "+www+" 1")

@@ -25,7 +25,7 @@ import (
 func TestEgressIntercept(t *testing.T) {
 	s := need(t)
 	in := egresstest.Start(t, egresstest.Config{})
-	c, logPath := egressUp(t, s, in, "public", "--egress-ca-bundle", in.CAFile)
+	c, logPath := egressUp(t, s, in, "public", "gvisor", "--egress-ca-bundle", in.CAFile)
 
 	b := make([]byte, 12)
 	rand.Read(b)

@@ -82,8 +82,9 @@ const (
 // isolated network (loopback only for gVisor, a tap with nothing routed for
 // VMs).
 type Config struct {
-	// Egress gives sandboxes of runtimes without a network device
-	// (gvisor) a link to the egress gateway (see above).
+	// Egress gives every sandbox a link to the egress gateway (see
+	// above): a veth for runtimes without a network device (gvisor), the
+	// VM's tap bridged to that veth for those with one (qemu, vm.go).
 	Egress bool
 	// Link is the egress link (zero: DefaultLink).
 	Link Link
@@ -164,6 +165,24 @@ func makeEgress(id string, l Link) error {
 	if err := disableIPv6(); err != nil {
 		return err
 	}
+	if err := makeGateway(id, l, guest, nil); err != nil {
+		return err
+	}
+	if err := netns.Set(guest); err != nil {
+		return err
+	}
+	if err := GuestAddress(l); err != nil {
+		return err
+	}
+	return nil
+}
+
+// makeGateway runs on a locked thread: it creates sandbox id's gateway
+// namespace (the thread stays in it), the veth from its gw0 to eth0 in
+// namespace guest, gw0's address and the filter. With vm (a VM's egress
+// network, vm.go) gw0 gets vm.gatewayMAC and the link filter admits only
+// the VM's frames.
+func makeGateway(id string, l Link, guest netns.NsHandle, vm *vmLink) error {
 	gw, err := netns.NewNamed(GatewayName(id)) // the thread is now in gw
 	if err != nil {
 		return fmt.Errorf("create namespace %s: %w", GatewayName(id), err)
@@ -175,7 +194,11 @@ func makeEgress(id string, l Link) error {
 	if err := disableIPv6(); err != nil {
 		return err
 	}
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: GatewayIf}, PeerName: GuestIf, PeerNamespace: netlink.NsFd(int(guest))}
+	attrs := netlink.LinkAttrs{Name: GatewayIf}
+	if vm != nil {
+		attrs.HardwareAddr = vm.gatewayMAC
+	}
+	veth := &netlink.Veth{LinkAttrs: attrs, PeerName: GuestIf, PeerNamespace: netlink.NsFd(int(guest))}
 	if err := netlink.LinkAdd(veth); err != nil {
 		return fmt.Errorf("add veth %s/%s: %w", GatewayIf, GuestIf, err)
 	}
@@ -192,11 +215,10 @@ func makeEgress(id string, l Link) error {
 	if err := writeFilter(0, l); err != nil {
 		return fmt.Errorf("nftables in %s: %w", GatewayName(id), err)
 	}
-	if err := netns.Set(guest); err != nil {
-		return err
-	}
-	if err := GuestAddress(l); err != nil {
-		return err
+	if vm != nil {
+		if err := writeLinkFilter(0, l, vm.guestMAC); err != nil {
+			return fmt.Errorf("nftables (link) in %s: %w", GatewayName(id), err)
+		}
 	}
 	return nil
 }
@@ -438,6 +460,9 @@ func OpenGateway(id string, cfg Config) (Listeners, error) {
 func PrepareAt(n runtime.Network) error {
 	if n.Namespace == "" || len(n.Interfaces) != 1 || len(n.Interfaces[0].Addresses) != 1 || !n.Gateway.IsValid() {
 		return nil
+	}
+	if n.Interfaces[0].Name != GuestIf {
+		return nil // a VM's tap: the guest holds its addresses itself (vm.go)
 	}
 	l := Link{Guest: n.Interfaces[0].Addresses[0], Gateway: n.Gateway}
 	if err := Do(n.Namespace, func() error { return GuestAddress(l) }); err != nil {

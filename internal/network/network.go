@@ -11,7 +11,9 @@
 //     bound at /run/netns/airlock-<id> (what `ip netns` shows), with lo up
 //     and one tap, "tap0", up, that the VM's virtio-net NIC attaches to.
 //     Nothing is routed beyond the namespace: no addresses, no routes, no
-//     link to the host. The guest's eth0 reaches nothing.
+//     link to the host. The guest's eth0 reaches nothing. (With
+//     Config.Egress the tap is bridged to the egress gateway instead:
+//     vm.go.)
 //   - Any other runtime (gvisor): the zero Network. gVisor keeps
 //     --network=none: runsc gives the sandbox a fresh empty namespace and
 //     the Sentry's netstack with loopback only, and the Sentry makes no
@@ -81,9 +83,10 @@ func validID(id string) error {
 }
 
 // Setup makes sandbox id's network for a runtime with powers caps and
-// returns it for runtime.Spec.Network. For a runtime without a network
-// device it makes nothing and returns the zero Network. On error nothing
-// is left behind.
+// returns it for runtime.Spec.Network. With cfg.Egress it is an egress
+// network (egress.go; for a runtime with a network device the VM's, vm.go);
+// without, for a runtime without a network device it makes nothing and
+// returns the zero Network. On error nothing is left behind.
 func Setup(ctx context.Context, id string, caps runtime.Caps, cfg Config) (runtime.Network, error) {
 	if err := validID(id); err != nil {
 		return runtime.Network{}, err
@@ -99,8 +102,12 @@ func Setup(ctx context.Context, id string, caps runtime.Caps, cfg Config) (runti
 	if err := os.MkdirAll(Dir, 0o755); err != nil {
 		return runtime.Network{}, fmt.Errorf("network setup %s: %w", id, err)
 	}
-	if !caps.Network {
-		n, err := setupEgress(id, cfg.link())
+	if cfg.Egress {
+		setup := setupEgress
+		if caps.Network {
+			setup = setupVMEgress
+		}
+		n, err := setup(id, cfg.link())
 		if err != nil {
 			return runtime.Network{}, errors.Join(fmt.Errorf("network setup %s: %w", id, err), Release(context.WithoutCancel(ctx), id))
 		}

@@ -61,7 +61,10 @@ def tls(host, port, sni, http_host=""):
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE  # the attacker does not care who answers
-    s = socket.create_connection((host, int(port)), timeout=5)
+    try:
+        s = socket.create_connection((host, int(port)), timeout=5)
+    except OSError as e:
+        done(False, "connect: " + err(e))
     try:
         t = ctx.wrap_socket(s, server_hostname=sni or None)
     except OSError as e:
@@ -297,6 +300,131 @@ def resolv():
         done(True, "appended to /etc/resolv.conf: " + open("/etc/resolv.conf").read().replace("\n", "; "))
     except OSError as e:
         done(False, "write /etc/resolv.conf: %s; it reads: %s" % (err(e), open("/etc/resolv.conf").read().replace("\n", "; ")))
+
+
+def mac_spoof(host, port, http_host, new_mac="52:54:00:de:ad:01", ifname="eth0"):
+    """A VM's root gives its NIC another MAC, announces it for its own
+    address (gratuitous ARP replies to the gateway) and connects: does
+    anything answer frames from a MAC that is not the sandbox's?"""
+    import fcntl
+    SIOCGIFHWADDR, SIOCSIFHWADDR = 0x8927, 0x8924
+    ctl = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    old = fcntl.ioctl(ctl, SIOCGIFHWADDR, struct.pack("16sH14s", ifname.encode(), 0, b""))[18:24]
+    new = bytes.fromhex(new_mac.replace(":", ""))
+
+    def set_mac(m):
+        fcntl.ioctl(ctl, SIOCSIFHWADDR, struct.pack("16sH6s8s", ifname.encode(), 1, m, b""))
+
+    try:
+        set_mac(new)
+    except OSError as e:
+        done(False, "set MAC %s: %s" % (new_mac, err(e)))
+    notes, data = ["MAC %s -> %s" % (old.hex(":"), new_mac)], b""
+    try:
+        try:
+            p = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0806))
+            p.bind((ifname, 0))
+            me, gw = socket.inet_aton("100.64.0.2"), socket.inet_aton("100.64.0.1")
+            for _ in range(3):
+                p.send(b"\xff" * 6 + new + b"\x08\x06" +
+                       struct.pack(">HHBBH6s4s6s4s", 1, 0x0800, 6, 4, 2, new, me, b"\xff" * 6, gw))
+            notes.append("3 gratuitous ARP replies sent")
+        except OSError as e:
+            notes.append("gratuitous ARP: " + err(e))
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.settimeout(5)
+        try:
+            s.connect((host, int(port)))
+            s.sendall(("GET /macspoof HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % http_host).encode())
+            data, end = recv_all(s, timeout=5)
+            notes.append("connected: %s after %d bytes: %r" % (end, len(data), data[:120]))
+        except OSError as e:
+            notes.append("connect: " + err(e))
+    finally:
+        set_mac(old)
+    done(len(data) > 0, "; ".join(notes))
+
+
+def arp_spoof(ifname="eth0"):
+    """Forged ARP from a VM: a request for the gateway whose sender is
+    another address (100.64.0.3), and replies claiming the VM's own address
+    for another MAC (with and without that MAC as the frame's source). Did
+    the gateway answer the forged request?"""
+    p = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0806))
+    p.bind((ifname, 0))
+    mine = p.getsockname()[4]
+    evil = bytes.fromhex("525400dead02")
+    gw, me, other = (socket.inet_aton(a) for a in ("100.64.0.1", "100.64.0.2", "100.64.0.3"))
+    bcast, zero = b"\xff" * 6, b"\0" * 6
+
+    def frame(src, op, sha, spa, tha, tpa):
+        return bcast + src + b"\x08\x06" + struct.pack(">HHBBH6s4s6s4s", 1, 0x0800, 6, 4, op, sha, spa, tha, tpa)
+
+    p.send(frame(mine, 1, mine, other, zero, gw))
+    p.send(frame(evil, 2, evil, me, zero, gw))
+    p.send(frame(mine, 2, evil, me, zero, gw))
+    notes = ["sent: request as 100.64.0.3; replies 100.64.0.2 is-at 52:54:00:de:ad:02 (frame source forged and not)"]
+    p.settimeout(0.3)
+    deadline, answered = time.monotonic() + 2, False
+    while time.monotonic() < deadline:
+        try:
+            f = p.recv(2048)
+        except socket.timeout:
+            continue
+        if len(f) >= 42 and f[12:14] == b"\x08\x06" and f[20:22] == b"\0\x02" and f[28:32] == gw and f[38:42] == other:
+            answered = True
+            notes.append("the gateway answered the request as 100.64.0.3")
+            break
+    if not answered:
+        notes.append("no answer to the forged request in 2 s")
+    done(answered, "; ".join(notes))
+
+
+def ipv6_root(dst, port, ifname="eth0"):
+    """A VM's root turns IPv6 back on, adds 2001:db8::5/64 to its NIC and
+    connects on-link to dst; and sends a datagram to all nodes (ff02::1)."""
+    import fcntl
+
+    def sysctl(v):
+        for k in ("all", "default", ifname):
+            with open("/proc/sys/net/ipv6/conf/%s/disable_ipv6" % k, "w") as f:
+                f.write(v)
+
+    try:
+        sysctl("0")
+    except OSError as e:
+        done(False, "turn IPv6 on: " + err(e))
+    notes, data = ["IPv6 on"], b""
+    try:
+        idx = socket.if_nametoindex(ifname)
+        s6 = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        try:
+            fcntl.ioctl(s6, 0x8916, struct.pack("16sIi", socket.inet_pton(socket.AF_INET6, "2001:db8::5"), 64, idx))  # SIOCSIFADDR
+            notes.append("2001:db8::5/64 added")
+        except OSError as e:
+            notes.append("add 2001:db8::5/64: " + err(e))
+        time.sleep(2)  # duplicate address detection
+        try:
+            s6.sendto(b"airlock-v6", ("ff02::1", 9999, 0, idx))
+            notes.append("UDP to ff02::1 sent")
+        except OSError as e:
+            notes.append("UDP to ff02::1: " + err(e))
+        s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+        s.settimeout(5)
+        try:
+            s.connect((dst, int(port), 0, 0))
+            s.sendall(b"GET /v6 HTTP/1.1\r\nHost: six.test.airlock\r\n\r\n")
+            data, end = recv_all(s, timeout=5)
+            notes.append("connected: %s %r" % (end, data[:100]))
+        except OSError as e:
+            notes.append("connect %s: %s" % (dst, err(e)))
+        try:
+            notes.append("if_inet6 [%s]" % open("/proc/net/if_inet6").read().strip().replace("\n", "; "))
+        except OSError:
+            pass
+    finally:
+        sysctl("1")
+    done(len(data) > 0, "; ".join(notes))
 
 
 if __name__ == "__main__":

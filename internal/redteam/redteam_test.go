@@ -106,6 +106,9 @@ type deniedLog interface {
 type suite struct {
 	runtime string
 	log     deniedLog
+	// skip, if set, says why a case is not run in this tier ("": run it);
+	// a skipped case gets a row saying so.
+	skip func(name string) string
 }
 
 // attempt is one red-team case: run returns whether it got through (a
@@ -125,6 +128,13 @@ type attempt struct {
 
 func (s *suite) check(t *testing.T, a attempt) {
 	t.Helper()
+	if s.skip != nil {
+		if why := s.skip(a.name); why != "" {
+			t.Logf("%-28s %-16s %s", a.name, "skipped", why)
+			results.add(row{Case: a.name, Runtime: s.runtime, Attempt: a.what, Outcome: "skipped", How: why})
+			return
+		}
+	}
 	m := s.log.mark()
 	bypass, how := a.run(t)
 	outcome := "blocked"
@@ -286,12 +296,17 @@ func parseProbe(t *testing.T, args []string, out, errs string) probeResult {
 	return r
 }
 
-// newSandbox creates a sandbox, puts probe.py in it and deletes it at the end.
-func newSandbox(t *testing.T, c *client.Client) sandbox {
+// newSandbox creates a sandbox of runtime rt ("": the default), puts
+// probe.py in it and deletes it at the end.
+func newSandbox(t *testing.T, c *client.Client, rt string) sandbox {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	timeout := 2 * time.Minute
+	if rt == "qemu" {
+		timeout = 15 * time.Minute // the runtime's background set-up in a fresh instance
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	sb, op, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{}, "")
+	sb, op, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Runtime: rt}, "")
 	if err != nil {
 		t.Fatalf("create sandbox: %v", err)
 	}
@@ -350,18 +365,37 @@ const httpGet = `GET /redteam HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n`
 // refusedOrReset: the attempt got nothing back.
 func failed(r probeResult) (bool, string) { return r.OK, r.Detail }
 
-// TestRedTeamGVisor runs the red-team cases from two gVisor sandboxes of a
-// real `airlock up --egress --egress-profile public`.
-func TestRedTeamGVisor(t *testing.T) {
-	testenv.RequireRunsc(t)
-	in := egresstest.Start(t, egresstest.Config{})
+// upEnv is a running `airlock up --egress` of a tier: its admin client,
+// its log and the ports of its API and data plane (on the test
+// internet's host address).
+type upEnv struct {
+	c                 *client.Client
+	log               upLog
+	apiPort, dataPort int
+}
+
+// startUp starts `airlock up --egress --egress-profile public` whose
+// gateway resolves through in, for runtime rt (gvisor: QEMU off; qemu:
+// QEMU on, sharing the cache's QEMU assets and template images), and
+// stops it when t ends.
+func startUp(t *testing.T, in *egresstest.Internet, rt string) upEnv {
+	t.Helper()
 	bin := buildAirlock(t)
 
 	// The instance listens on the test internet's host address (a public
 	// range the guard does not block as such: only as the host's own).
 	dir := t.TempDir()
 	t.Cleanup(func() { syscall.Unmount(filepath.Join(dir, "runsc", "null-netns"), syscall.MNT_DETACH) })
-	for _, d := range []string{"cache", "bin"} {
+	links := []string{"cache", "bin"}
+	runtimeArgs := []string{"--qemu=false"}
+	if rt == "qemu" {
+		links = append(links, "qemu", "images")
+		runtimeArgs = nil
+	}
+	for _, d := range links {
+		if err := os.MkdirAll(filepath.Join(cacheDir(), d), 0o755); err != nil {
+			t.Fatal(err)
+		}
 		if err := os.Symlink(filepath.Join(cacheDir(), d), filepath.Join(dir, d)); err != nil {
 			t.Fatal(err)
 		}
@@ -374,9 +408,11 @@ func TestRedTeamGVisor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	up := exec.Command(filepath.Join(bin, "airlock"), "up", "--listen", api,
-		"--data-listen", netip.AddrPortFrom(in.HostAddr, uint16(dataPort)).String(), "--data-dir", dir,
-		"--qemu=false", "--template-images", "", "--egress", "--egress-resolver", in.DNS.String(), "--egress-profile", "public")
+	args := append([]string{"up", "--listen", api,
+		"--data-listen", netip.AddrPortFrom(in.HostAddr, uint16(dataPort)).String(), "--data-dir", dir},
+		runtimeArgs...)
+	args = append(args, "--template-images", "", "--egress", "--egress-resolver", in.DNS.String(), "--egress-profile", "public")
+	up := exec.Command(filepath.Join(bin, "airlock"), args...)
 	up.Stdout, up.Stderr = logf, logf
 	if err := up.Start(); err != nil {
 		t.Fatal(err)
@@ -409,9 +445,23 @@ func TestRedTeamGVisor(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	c := client.New("http://"+api, key)
-	a, b := newSandbox(t, c), newSandbox(t, c)
-	s := &suite{runtime: "gVisor", log: log}
+	return upEnv{c: client.New("http://"+api, key), log: log, apiPort: apiPort, dataPort: dataPort}
+}
+
+// TestRedTeamGVisor runs the red-team cases from two gVisor sandboxes of a
+// real `airlock up --egress --egress-profile public`.
+func TestRedTeamGVisor(t *testing.T) {
+	testenv.RequireRunsc(t)
+	in := egresstest.Start(t, egresstest.Config{})
+	env := startUp(t, in, "gvisor")
+	a, b := newSandbox(t, env.c, ""), newSandbox(t, env.c, "")
+	sandboxCases(t, &suite{runtime: "gVisor", log: env.log}, in, env, a, b)
+}
+
+// sandboxCases are the attempts from sandbox A of env (B serves a port);
+// s.skip leaves some out.
+func sandboxCases(t *testing.T, s *suite, in *egresstest.Internet, env upEnv, a, b sandbox) {
+	apiPort, dataPort := env.apiPort, env.dataPort
 	inet2 := in.Addr(2).String()
 	www := egresstest.Name(egresstest.WWW)
 

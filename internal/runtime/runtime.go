@@ -151,6 +151,9 @@ type Interface struct {
 	// Addresses are the guest's addresses on it; none while nothing is
 	// routed beyond the namespace (an egress gateway assigns them).
 	Addresses []netip.Prefix `json:"addresses,omitempty"`
+	// MAC is the hardware address the guest's device must have ("": the
+	// driver's own): an egress network's filter admits only its frames.
+	MAC string `json:"mac,omitempty"`
 }
 
 // Status is what the driver observes.

@@ -15,10 +15,13 @@ import (
 // makes each sandbox's network before Start and Restore and releases it
 // after Delete (and after a failed Start or Restore). Every other method is
 // the driver's own.
-type netDriver struct{ *qemu.Driver }
+type netDriver struct {
+	*qemu.Driver
+	cfg network.Config // the worker's network.Config (zero: isolated taps)
+}
 
 func (d *netDriver) Start(ctx context.Context, spec runtime.Spec) (runtime.Sandbox, error) {
-	n, err := network.Setup(ctx, spec.ID, qemu.Info.Caps, network.Config{})
+	n, err := network.Setup(ctx, spec.ID, qemu.Info.Caps, d.cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -31,7 +34,7 @@ func (d *netDriver) Start(ctx context.Context, spec runtime.Spec) (runtime.Sandb
 }
 
 func (d *netDriver) Restore(ctx context.Context, spec runtime.Spec, dir string) (runtime.Sandbox, error) {
-	n, err := network.Setup(ctx, spec.ID, qemu.Info.Caps, network.Config{})
+	n, err := network.Setup(ctx, spec.ID, qemu.Info.Caps, d.cfg)
 	if err != nil {
 		return nil, err
 	}

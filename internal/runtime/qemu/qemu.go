@@ -34,9 +34,17 @@
 //
 // The network is not the driver's: the worker's internal/network makes the
 // sandbox's namespace (lo, and the tap behind the guest's virtio-net eth0;
-// nothing routed beyond it) and hands it over in runtime.Spec.Network, and
-// releases it after Delete. QEMU runs in that namespace (nsenter --net) and
-// opens that tap; a Spec without a namespace and one tap is refused.
+// nothing routed beyond it, or with egress the tap bridged to the egress
+// gateway) and hands it over in runtime.Spec.Network, and releases it
+// after Delete. QEMU runs in that namespace (nsenter --net) and opens that
+// tap, with the NIC's MAC the network names; a Spec without a namespace and
+// one tap is refused. A network with guest addresses (egress) goes to the
+// guest on the kernel command line (airlock.net=, agentapi.VMNet), where
+// the agent configures eth0 and /etc/resolv.conf at boot. A snapshot keeps
+// the guest's configuration in its memory, so a restore must be handed the
+// same addresses and MAC (internal/network's are fixed); one that is not is
+// refused, which makes a template image built without egress rebuilt for
+// a worker with it instead of waking guests with no network.
 package qemu
 
 import (
@@ -46,6 +54,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -214,17 +223,49 @@ type state struct {
 
 func (d *Driver) dir(id string) string { return filepath.Join(d.cfg.RunDir, id) }
 
-// The guest NIC's MAC: the same in every sandbox (each has its own
-// namespace), so snapshots restore anywhere.
+// The guest NIC's MAC when the network names none: the same in every
+// sandbox (each has its own namespace), so snapshots restore anywhere.
+// (internal/network's egress networks name this one too.)
 const guestMAC = "52:54:00:a1:70:01"
 
 // checkNetwork accepts the network a VM needs: a namespace and one link
-// (the tap its NIC attaches to).
+// (the tap its NIC attaches to), with at most a MAC, one IPv4 address and
+// a gateway for the guest (an egress network: guestNet).
 func checkNetwork(n runtime.Network) error {
 	if n.Namespace == "" || !filepath.IsAbs(n.Namespace) || len(n.Interfaces) != 1 || n.Interfaces[0].Name == "" || strings.ContainsAny(n.Interfaces[0].Name, ", \t\n") {
 		return fmt.Errorf("network %+v: a VM needs a network namespace with one tap (runtime.Spec.Network, made by internal/network): %w", n, model.ErrInvalid)
 	}
+	if m := n.Interfaces[0].MAC; m != "" {
+		if hw, err := net.ParseMAC(m); err != nil || len(hw) != 6 || hw[0]&1 != 0 {
+			return fmt.Errorf("network: guest MAC %q is not a unicast Ethernet address: %w", m, model.ErrInvalid)
+		}
+	}
+	if len(n.Interfaces[0].Addresses) > 0 || n.Gateway.IsValid() || len(n.Nameservers) > 0 {
+		g := guestNet(n)
+		if _, err := agentapi.ParseVMNet(g.String()); err != nil || len(n.Interfaces[0].Addresses) != 1 {
+			return fmt.Errorf("network: guest addresses %v via %s (resolvers %v): want one IPv4 prefix and a gateway in it: %w",
+				n.Interfaces[0].Addresses, n.Gateway, n.Nameservers, model.ErrInvalid)
+		}
+	}
 	return nil
+}
+
+// guestNet is what the guest configures on its NIC (agentapi.VMNet, on
+// the kernel command line): zero for a network without addresses (the
+// isolated tap: eth0 stays down).
+func guestNet(n runtime.Network) agentapi.VMNet {
+	if len(n.Interfaces) != 1 || len(n.Interfaces[0].Addresses) == 0 {
+		return agentapi.VMNet{}
+	}
+	return agentapi.VMNet{Addr: n.Interfaces[0].Addresses[0], Gateway: n.Gateway, DNS: n.Nameservers}
+}
+
+// nicMAC is the MAC of the guest's NIC on network n.
+func nicMAC(n runtime.Network) string {
+	if len(n.Interfaces) == 1 && n.Interfaces[0].MAC != "" {
+		return strings.ToLower(n.Interfaces[0].MAC)
+	}
+	return guestMAC
 }
 
 func validID(id string) error {
@@ -435,6 +476,9 @@ func kernelCmdline(spec runtime.Spec) string {
 	if spec.Hostname != "" {
 		parts = append(parts, "airlock.hostname="+spec.Hostname)
 	}
+	if g := guestNet(spec.Network); !g.IsZero() {
+		parts = append(parts, "airlock.net="+g.String())
+	}
 	if len(spec.AgentArgs) > 0 {
 		parts = append(parts, "airlock.args="+agentapi.VMCmdlineArgs(spec.AgentArgs))
 	}
@@ -507,7 +551,7 @@ func (d *Driver) qemuArgs(st state, dir string) []string {
 		"-drive", "id=disk,file="+p("disk.ext4")+",format=raw,if=none,discard=unmap,file.auto-read-only=off",
 		"-device", "virtio-blk-device,drive=disk,serial="+agentapi.VMDiskSerial,
 		"-netdev", "tap,id=net0,ifname="+st.Network.Interfaces[0].Name+",script=no,downscript=no",
-		"-device", "virtio-net-device,netdev=net0,mac="+guestMAC,
+		"-device", "virtio-net-device,netdev=net0,mac="+nicMAC(st.Network),
 		"-device", "virtio-serial-device,max_ports=2",
 		"-chardev", "socket,id=agent,path="+p("agent.sock")+",server=on,wait=off",
 		"-device", "virtserialport,chardev=agent,name="+agentapi.VMPortName,

@@ -104,7 +104,7 @@ func fixture(t testing.TB, accel string) fix {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.d = &netDriver{d}
+	f.d = &netDriver{Driver: d}
 	return f
 }
 

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/airlock/airlock/internal/agentapi"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/runtime"
 )
@@ -107,6 +108,9 @@ func (d *Driver) Restore(ctx context.Context, spec runtime.Spec, dir string) (ru
 	if err := checkNetwork(spec.Network); err != nil {
 		return nil, fmt.Errorf("qemu restore %s: %w", spec.ID, err)
 	}
+	if err := sameGuestNetwork(snap, spec.Network); err != nil {
+		return nil, fmt.Errorf("qemu restore %s: %w", spec.ID, err)
+	}
 	unlock := d.lock(spec.ID)
 	defer unlock()
 	if _, err := os.Lstat(d.dir(spec.ID)); err == nil {
@@ -163,4 +167,28 @@ func (d *Driver) restore(ctx context.Context, st state, dir string) (*sandbox, e
 		return nil, err
 	}
 	return sb, nil
+}
+
+// sameGuestNetwork refuses to restore snap's guest into network n when the
+// guest was configured for another: its NIC's MAC, addresses, route and
+// resolvers are in its memory (the kernel command line it booted with), so
+// it would send from an address or MAC the filter drops, or believe in a
+// network it does not have.
+func sameGuestNetwork(snap state, n runtime.Network) error {
+	had := agentapi.ParseVMCmdline(snap.Append).Net
+	want := guestNet(n)
+	if had.String() != want.String() {
+		what := func(g agentapi.VMNet) string {
+			if g.IsZero() {
+				return "none (eth0 down)"
+			}
+			return g.String()
+		}
+		return fmt.Errorf("the snapshot's guest network is %s, this worker hands it %s (egress on one and off on the other?): %w",
+			what(had), what(want), model.ErrInvalid)
+	}
+	if nicMAC(snap.Network) != nicMAC(n) {
+		return fmt.Errorf("the snapshot's guest NIC is %s, this worker's network wants %s: %w", nicMAC(snap.Network), nicMAC(n), model.ErrInvalid)
+	}
+	return nil
 }
