@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -122,7 +123,18 @@ type gatewayAdapter struct {
 
 func (a *gatewayAdapter) Attach(id string, ls network.Listeners, n *model.SandboxNetwork, eg *workerapi.Egress) error {
 	a.gw.Detach(id) // attaching again replaces the listeners
-	return a.gw.AttachListeners(id, egress.WithInterception(a.policy(id, n), a.interception(id, eg)), ls.Proxy, ls.DNS, ls.DNSTCP)
+	if err := a.gw.AttachListeners(id, egress.WithInterception(a.policy(id, n), a.interception(id, eg)), ls.Proxy, ls.DNS, ls.DNSTCP); err != nil {
+		return err
+	}
+	if ls.UDP != nil {
+		go func() {
+			// Ends when the sandbox is detached (which closes the relay).
+			if err := a.gw.ServeUDP(id, ls.UDP); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, egress.ErrNotFound) && !errors.Is(err, egress.ErrClosed) {
+				a.log.Debug("egress udp relay ended", "sandbox", id, "err", err)
+			}
+		}()
+	}
+	return nil
 }
 
 func (a *gatewayAdapter) Update(id string, n *model.SandboxNetwork, eg *workerapi.Egress) error {

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -60,6 +61,42 @@ func TestEgressPolicies(t *testing.T) {
 			t.Errorf("%s: the denial took %d ms: a denied attempt must fail at once (reset or REFUSED)", tc.what, ms)
 		}
 	}
+
+	t.Run("udp rules", func(t *testing.T) {
+		udpName, ip5, ip2 := egresstest.Name(egresstest.UDPN), in.Addr(5).String(), in.Addr(2).String()
+		pol := `{"version":1,"default":"allow","rules":[
+			{"action":"allow","cidrs":["` + ip5 + `"],"ports":[7],"protocols":["udp"]},
+			{"action":"allow","domains":["` + udpName + `"],"ports":[9999],"protocols":["udp"]}]}`
+		uid := newSandbox(t, c, client.CreateSandboxRequest{Network: &apitypes.NetworkRequest{Policy: []byte(pol)}}).ID
+		putFile(t, c, uid, "/tmp/udp.py", `import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(3)
+host, port = sys.argv[1], int(sys.argv[2])
+s.sendto(b"ping", (host, port))
+try:
+    data, src = s.recvfrom(512); print("reply", data.decode(), src[0], src[1])
+except socket.timeout:
+    print("noreply")
+`)
+		before := in.UDPSeen()
+		out, _, _ := timed(t, c, uid, "python3 /tmp/udp.py "+ip5+" 7")
+		if !strings.Contains(out, "reply echo:ping "+ip5+" 7") {
+			t.Fatalf("udp to %s:7 under a CIDR udp rule: %q\n%s", ip5, out, egressLog(logPath))
+		}
+		// The default allow admits no UDP; port 9999 is allowed only by name.
+		out, _, _ = timed(t, c, uid, "python3 /tmp/udp.py "+ip2+" 7; python3 /tmp/udp.py "+ip5+" 9999")
+		if strings.Contains(out, "reply echo") {
+			t.Fatalf("udp outside the rules answered: %q", out)
+		}
+		out, _, _ = timed(t, c, uid, "getent hosts "+udpName+" >/dev/null; python3 /tmp/udp.py "+udpName+" 9999")
+		after := in.UDPSeen()
+		sink := netip.MustParseAddrPort("0.0.0.0:9999")
+		if after[sink] != before[sink]+1 {
+			t.Fatalf("the udp sink on 9999 counted %d new datagrams, want 1 (the one sent by name after resolving it): %q", after[sink]-before[sink], out)
+		}
+		if l := egressLog(logPath); !strings.Contains(l, "kind=udp") {
+			t.Errorf("no udp denial logged:\n%s", l)
+		}
+	})
 
 	t.Run("runtime update", func(t *testing.T) {
 		// A keep-alive connection to www, held open across the update.

@@ -47,8 +47,11 @@ import (
 //   - a source other than Link.Guest, and any IPv6 or ARP-less junk: drop
 //     (anti-spoofing: a forged DNS answer or a spoofed packet never reaches
 //     the gateway);
-//   - TCP or UDP/TCP port 53: on to the redirect; ICMP and other UDP: drop;
-//   - the input chain admits only the redirected ports; forward drops all;
+//   - TCP or UDP/TCP port 53: on to the redirect; other UDP: to the
+//     gateway's transparent UDP relay (tproxy, udp.go), which the policy
+//     judges datagram flow by flow; ICMP and anything else: drop;
+//   - the input chain admits only the redirected ports and the tproxied
+//     UDP; forward drops all;
 //     output admits only replies (ct established, related) and loopback.
 //
 // IPv6 is off on both ends (disable_ipv6), so the guest gets no IPv6
@@ -215,6 +218,9 @@ func makeGateway(id string, l Link, guest netns.NsHandle, vm *vmLink) error {
 	if err := writeFilter(0, l); err != nil {
 		return fmt.Errorf("nftables in %s: %w", GatewayName(id), err)
 	}
+	if err := tproxyRoute(); err != nil {
+		return fmt.Errorf("%s: %w", GatewayName(id), err)
+	}
 	if vm != nil {
 		if err := writeLinkFilter(0, l, vm.guestMAC); err != nil {
 			return fmt.Errorf("nftables (link) in %s: %w", GatewayName(id), err)
@@ -320,6 +326,7 @@ func writeFilter(fd int, l Link) error {
 	})...)
 	rule(guard, cat(fromGuest, l4proto(unix.IPPROTO_TCP), []expr.Any{verdict(expr.VerdictAccept)})...)
 	rule(guard, cat(fromGuest, dns(unix.IPPROTO_UDP), []expr.Any{verdict(expr.VerdictAccept)})...)
+	rule(guard, cat(fromGuest, l4proto(unix.IPPROTO_UDP), []expr.Any{verdict(expr.VerdictAccept)})...) // on to the tproxy chain
 	rule(guard, cat(fromGuest, []expr.Any{verdict(expr.VerdictDrop)})...)
 
 	// redirect: DNS (any address) to the resolver, other TCP to the proxy.
@@ -338,6 +345,9 @@ func writeFilter(fd int, l Link) error {
 	rule(input, cat(fromGuest, port(unix.IPPROTO_TCP, ProxyPort), []expr.Any{verdict(expr.VerdictAccept)})...)
 	rule(input, cat(fromGuest, port(unix.IPPROTO_TCP, DNSPort), []expr.Any{verdict(expr.VerdictAccept)})...)
 	rule(input, cat(fromGuest, port(unix.IPPROTO_UDP, DNSPort), []expr.Any{verdict(expr.VerdictAccept)})...)
+
+	// UDP other than DNS: to the transparent relay (udp.go).
+	udpFilter(c, t, input, fromGuest)
 
 	// output: replies and loopback only.
 	rule(output, &expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname("lo")}, verdict(expr.VerdictAccept))
@@ -382,12 +392,13 @@ type Listeners struct {
 	Proxy  net.Listener   // TCP, ProxyPort: every redirected connection
 	DNS    net.PacketConn // UDP, DNSPort
 	DNSTCP net.Listener   // TCP, DNSPort
+	UDP    *UDPRelay      // UDP other than DNS, UDPPort (tproxy)
 }
 
 // Close closes every listener.
 func (ls Listeners) Close() error {
 	var errs []error
-	for _, c := range []interface{ Close() error }{ls.Proxy, ls.DNS, ls.DNSTCP} {
+	for _, c := range []interface{ Close() error }{ls.Proxy, ls.DNS, ls.DNSTCP, ls.UDP} {
 		if c != nil && !isNil(c) {
 			errs = append(errs, c.Close())
 		}
@@ -444,6 +455,9 @@ func OpenGateway(id string, cfg Config) (Listeners, error) {
 		}
 		if err == nil {
 			ls.DNSTCP, err = net.Listen("tcp4", net.JoinHostPort(addr, strconv.Itoa(DNSPort)))
+		}
+		if err == nil {
+			ls.UDP, err = openUDPRelay(GatewayPath(id), cfg.link().Gateway)
 		}
 		return err
 	})

@@ -25,6 +25,9 @@ const (
 	Six     = testinet.Six
 	Missing = testinet.Missing
 	BadTLS  = testinet.BadTLS
+	UDPN    = testinet.UDPN
+	// EchoPort is testinet's UDP echo port.
+	EchoPort = testinet.EchoPort
 )
 
 type (

@@ -18,7 +18,8 @@
 //     test.airlock. on .2:53, UDP and TCP: the address to give the
 //     gateway as its upstream (--egress-resolver);
 //   - UDP sinks on ports 53 of .3, 443 and 9999 of every address, which
-//     count what arrives (nothing should).
+//     count what arrives (nothing should), and a UDP echo on port 7
+//     (EchoPort) of every address, for UDP rules.
 //
 // Every server records what reached it (Requests, UDPSeen), so a test can
 // check that a denied attempt never arrived. Nothing is routed beyond the
@@ -66,6 +67,10 @@ import (
 // Zone is the test internet's DNS zone.
 const Zone = "test.airlock."
 
+// EchoPort is the UDP echo (RFC 862) on every address: it answers each
+// datagram with "echo:" and the datagram, and counts it in UDPSeen.
+const EchoPort = 7
+
 // Names of the default zone (Records), relative to Zone. Addr(i) is the
 // i-th address of the namespace (2 to 9).
 const (
@@ -80,6 +85,7 @@ const (
 	Six     = "six"     // AAAA 2001:db8::2 only
 	Missing = "missing" // not in the zone: NXDOMAIN
 	BadTLS  = "badtls"  // Addr(8): its HTTPS certificate is from a CA nobody trusts
+	UDPN    = "udp"     // Addr(5): a name for UDP rules (the echo on port EchoPort)
 )
 
 // Config adjusts the internet. The zero Config is the default zone.
@@ -196,6 +202,7 @@ func defaultRecords(in *Internet) map[string][]netip.Addr {
 		absName(B):      {in.Addr(3)},
 		absName(Other):  {in.Addr(4)},
 		absName(BadTLS): {in.Addr(8)},
+		absName(UDPN):   {in.Addr(5)},
 		absName(Rebind): {netip.MustParseAddr("10.0.0.1")},
 		absName(Loop):   {netip.MustParseAddr("127.0.0.1")},
 		absName(Meta):   {netip.MustParseAddr("169.254.169.254")},
@@ -550,6 +557,9 @@ func (in *Internet) serve() error {
 			return err
 		}
 		sinks := []string{netip.AddrPortFrom(in.Addr(3), 53).String(), "0.0.0.0:443", "0.0.0.0:9999"}
+		for i := 2; i <= 9; i++ { // one echo per address, so that each answers from its own
+			sinks = append(sinks, netip.AddrPortFrom(in.Addr(i), EchoPort).String())
+		}
 		for _, a := range sinks {
 			pc, err := net.ListenPacket("udp4", a)
 			if err != nil {
@@ -617,13 +627,16 @@ func (in *Internet) sink(pc net.PacketConn) {
 	local := addrPort(pc.LocalAddr())
 	buf := make([]byte, 2048)
 	for {
-		_, _, err := pc.ReadFrom(buf)
+		n, from, err := pc.ReadFrom(buf)
 		if err != nil {
 			return
 		}
 		in.mu.Lock()
 		in.udpSeen[local]++
 		in.mu.Unlock()
+		if local.Port() == EchoPort {
+			pc.WriteTo(append([]byte("echo:"), buf[:n]...), from)
+		}
 	}
 }
 
