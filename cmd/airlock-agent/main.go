@@ -26,7 +26,6 @@ func main() {
 	spare := flag.Int("spare", 1, "unused connections to keep dialed")
 	maxOutput := flag.Int64("max-output", agent.DefaultMaxOutput, "output bytes kept per process")
 	verbose := flag.Bool("v", false, "log debug messages")
-	caBundle := flag.String("ca-bundle", "", "CA bundle `FILE` every process is pointed at (SSL_CERT_FILE, REQUESTS_CA_BUNDLE, NODE_EXTRA_CA_CERTS): the worker passes it when the guest trusts its org's Airlock CA")
 	flag.Parse()
 	if *spare < 1 {
 		fmt.Fprintln(os.Stderr, "airlock-agent: --spare must be at least 1")
@@ -56,11 +55,7 @@ func main() {
 		}()
 	}
 
-	var baseEnv map[string]string
-	if *caBundle != "" {
-		baseEnv = map[string]string{"SSL_CERT_FILE": *caBundle, "REQUESTS_CA_BUNDLE": *caBundle, "NODE_EXTRA_CA_CERTS": *caBundle}
-	}
-	a := agent.New(agent.Config{Logger: log, MaxOutput: *maxOutput, BaseEnv: baseEnv})
+	a := agent.New(agent.Config{Logger: log, MaxOutput: *maxOutput})
 	a.Handle(agentapi.EnvdPrefix+"/", http.StripPrefix(agentapi.EnvdPrefix, envd.New(a, envd.Config{Logger: log})))
 	a.Handle(agentapi.PortsPrefix, envd.Ports())
 	var d net.Dialer

@@ -57,9 +57,6 @@ type Config struct {
 	// MaxTombstones bounds the ids of forgotten processes kept (default
 	// DefaultMaxTombstones).
 	MaxTombstones int
-	// BaseEnv is added to every process's base environment (the
-	// process's own env overrides it).
-	BaseEnv map[string]string
 	// Logger receives diagnostics (default: discard).
 	Logger *slog.Logger
 }

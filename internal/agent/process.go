@@ -403,9 +403,6 @@ func (a *Agent) startWith(spec agentapi.ProcessSpec, setup func(*process)) (*pro
 		"HOME": u.Home, "USER": u.Name, "LOGNAME": u.Name, "SHELL": u.Shell,
 		"PATH": basePath, "LANG": "C.UTF-8",
 	}
-	for k, v := range a.cfg.BaseEnv {
-		envMap[k] = v
-	}
 	for k, v := range spec.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
 			return nil, errorf(errInvalid, "invalid environment variable name %q", k)

@@ -8,10 +8,12 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock/airlock/internal/api/apitypes"
 	"github.com/airlock/airlock/internal/client"
 	"github.com/airlock/airlock/internal/egress/egresstest"
+	"github.com/airlock/airlock/internal/testenv"
 )
 
 // TestEgressIntercept: a gVisor sandbox whose policy intercepts TLS to
@@ -22,10 +24,20 @@ import (
 // value is nowhere in the guest (env, files, /proc); a Host other than
 // the SNI is refused; an upstream with a certificate the gateway does not
 // trust is answered 502 and logged.
-func TestEgressIntercept(t *testing.T) {
+func TestEgressIntercept(t *testing.T) { egressIntercept(t, "gvisor") }
+
+// TestEgressInterceptQEMU is TestEgressIntercept on a QEMU sandbox (TCG),
+// whose policy becomes an intercepting one after it started (the worker
+// wrote the org CA into the guest's bundle at start).
+func TestEgressInterceptQEMU(t *testing.T) {
+	testenv.RequireQEMU(t)
+	egressIntercept(t, "qemu")
+}
+
+func egressIntercept(t *testing.T, rt string) {
 	s := need(t)
 	in := egresstest.Start(t, egresstest.Config{})
-	c, logPath := egressUp(t, s, in, "public", "gvisor", "--egress-ca-bundle", in.CAFile)
+	c, logPath := egressUp(t, s, in, "public", rt, "--egress-ca-bundle", in.CAFile)
 
 	b := make([]byte, 12)
 	rand.Read(b)
@@ -46,8 +58,22 @@ func TestEgressIntercept(t *testing.T) {
 	policy := `{"version":1,"default":"deny","rules":[
 		{"action":"allow","domains":["` + www + `"],"ports":[443],"tls":"intercept","inject":{"headers":{"Authorization":{"secret":"api"}}}},
 		{"action":"allow","domains":["` + bad + `"],"ports":[443],"tls":"intercept"}]}`
-	sb := newSandbox(t, c, client.CreateSandboxRequest{Network: &apitypes.NetworkRequest{Policy: []byte(policy)}})
-	id := sb.ID
+	var id string
+	if rt == "qemu" {
+		id = newQEMUSandbox(t, c)
+		if _, err := c.SetSandboxNetwork(context.Background(), id, apitypes.NetworkRequest{Policy: []byte(policy)}); err != nil {
+			t.Fatal(err)
+		}
+		// The gateway has the CA key once the assignment reached the worker.
+		for i := 0; i < 50; i++ {
+			if out, _, _ := timed(t, c, id, "curl -sS -o /dev/null -w '%{http_code}' https://"+www+"/ready"); out == "200" {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	} else {
+		id = newSandbox(t, c, client.CreateSandboxRequest{Network: &apitypes.NetworkRequest{Policy: []byte(policy)}}).ID
+	}
 
 	t.Run("curl and python reach the upstream, which gets the header", func(t *testing.T) {
 		out, rc, ms := timed(t, c, id, "curl -sS -v --http1.1 -H 'Authorization: Bearer guest' https://"+www+"/h1 2>&1 | grep -E 'issuer|airlock-inet|HTTP/'")

@@ -515,7 +515,7 @@ func (w *Worker) ensureProcess(ctx context.Context, ac *agentclient.Client, sid 
 		}
 		return info, nil
 	}
-	info, err := startProcess(ctx, ac, c, sandboxEnv)
+	info, err := startProcess(ctx, ac, c, w.withCAEnv(sid, sandboxEnv))
 	if errors.Is(err, agentclient.ErrGone) {
 		return info, errCommandGone(sid, c.ID)
 	}

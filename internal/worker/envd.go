@@ -134,7 +134,7 @@ func (w *Worker) handleE2B(rw http.ResponseWriter, r *http.Request) {
 	// drains or drops the rest of a request body once the answer starts.
 	_ = http.NewResponseController(rw).EnableFullDuplex()
 	if port == e2bEnvdPort {
-		if err := e2bInits.ensure(r.Context(), sid, ac, env); err != nil {
+		if err := e2bInits.ensure(r.Context(), sid, ac, w.withCAEnv(sid, env)); err != nil {
 			w.log.Warn("envd init", "sandbox", sid, "err", err)
 			writeE2BError(rw, sid, http.StatusBadGateway, "envd in the sandbox did not initialize: "+err.Error())
 			return

@@ -1,9 +1,13 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 
+	"github.com/airlock/airlock/internal/agentclient"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/network"
 	"github.com/airlock/airlock/internal/runtime"
@@ -49,7 +53,6 @@ func (w *Worker) withNetwork(ctx context.Context, spec runtime.Spec, policy *mod
 		// The guest trusts its org's CA from the start: a policy may
 		// intercept later.
 		n.CACert = []byte(eg.CACert)
-		spec.AgentArgs = append(spec.AgentArgs, "-ca-bundle", runtime.GuestCABundle)
 	}
 	if err := w.attachGateway(spec.ID, policy); err != nil {
 		return nil, errors.Join(err, network.Release(context.WithoutCancel(ctx), spec.ID))
@@ -170,4 +173,71 @@ func (w *Worker) deleteRuntime(ctx context.Context, id string) error {
 	err := w.cfg.Driver.Delete(ctx, id)
 	w.detachGateway(id)
 	return errors.Join(err, network.Release(ctx, id))
+}
+
+// caEnv are the variables that point TLS clients at the guest's bundle
+// (which holds the org CA: trustOrgCA), for runtimes and tools that do not
+// read the system bundle on their own (Node above all).
+var caEnv = []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS"}
+
+// withCAEnv is env plus caEnv naming runtime.GuestCABundle when sandbox
+// id's guest trusts an org CA (the sandbox's own values win). env is not
+// modified.
+func (w *Worker) withCAEnv(id string, env map[string]string) map[string]string {
+	if w.cfg.Gateway == nil || !w.cfg.Network.Egress {
+		return env
+	}
+	if eg := w.egressOf(id); eg == nil || eg.CACert == "" {
+		return env
+	}
+	out := make(map[string]string, len(env)+len(caEnv))
+	for _, k := range caEnv {
+		out[k] = runtime.GuestCABundle
+	}
+	for k, v := range env {
+		out[k] = v
+	}
+	return out
+}
+
+// maxGuestBundle bounds the guest's CA bundle read by trustOrgCA.
+const maxGuestBundle = 8 << 20
+
+// trustOrgCA puts sandbox id's org CA into the guest's system bundle if it
+// is not there: a driver that mounts it (gvisor) has; a VM's guest, or
+// one restored from a template image booted for no org, gets it written
+// through the agent (as root; the guest's own trust store, so nothing the
+// guest could not do itself).
+func (w *Worker) trustOrgCA(ctx context.Context, id string, ac *agentclient.Client) error {
+	if w.cfg.Gateway == nil || !w.cfg.Network.Egress || !network.HasGateway(id) {
+		return nil
+	}
+	eg := w.egressOf(id)
+	if eg == nil || eg.CACert == "" {
+		return nil
+	}
+	ca := []byte(eg.CACert)
+	var bundle []byte
+	if rc, _, err := ac.ReadFile(ctx, runtime.GuestCABundle); err == nil {
+		bundle, err = io.ReadAll(io.LimitReader(rc, maxGuestBundle+1))
+		rc.Close()
+		if err != nil {
+			return fmt.Errorf("read the guest's CA bundle: %w", err)
+		}
+		if len(bundle) > maxGuestBundle {
+			return fmt.Errorf("the guest's CA bundle is over %d MiB", maxGuestBundle>>20)
+		}
+	}
+	if bytes.Contains(bundle, bytes.TrimSpace(ca)) {
+		return nil
+	}
+	if len(bundle) > 0 && bundle[len(bundle)-1] != '\n' {
+		bundle = append(bundle, '\n')
+	}
+	bundle = append(bundle, "# Airlock: the org's CA, which the egress gateway intercepts TLS with\n"...)
+	bundle = append(bundle, ca...)
+	if _, err := ac.WriteFile(ctx, runtime.GuestCABundle, "0644", "root", bytes.NewReader(bundle)); err != nil {
+		return fmt.Errorf("write the guest's CA bundle: %w", err)
+	}
+	return nil
 }

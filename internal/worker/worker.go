@@ -760,6 +760,12 @@ func (w *Worker) cannotPause(sb *sandbox) {
 // start creates one sandbox and waits for its agent.
 func (w *Worker) start(ctx context.Context, sb *sandbox, s workerapi.SandboxSpec) {
 	h, ac, from, err := w.startOne(ctx, s)
+	if err == nil {
+		if terr := w.trustOrgCA(ctx, s.ID, ac); terr != nil {
+			// The sandbox works; only intercepted TLS would fail to verify.
+			w.log.Warn("org CA not in the guest's trust store", "sandbox", s.ID, "err", terr)
+		}
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	sb.busy = false
