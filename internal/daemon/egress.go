@@ -27,12 +27,14 @@ import (
 	"github.com/airlock/airlock/internal/workerapi"
 )
 
-// Egress (--egress, off by default while the feature is built out): every
-// gVisor sandbox of the worker gets an egress network (internal/network)
-// whose traffic the worker's gateway (internal/egress) admits under the
-// worker's profile (--egress-profile: public or none, netpolicy's
-// built-ins). Per-sandbox policies, operator profiles and their API come
-// with the rest of the egress issue (docs/network.md).
+// Egress (--egress, on by default): every sandbox of the worker, gVisor or
+// QEMU, gets an egress network (internal/network) whose traffic the
+// worker's gateway (internal/egress) admits under the sandbox's policy
+// (docs/network.md); a sandbox without one gets --egress-profile. Where
+// the machine cannot make egress networks (not root, no network
+// namespaces or nftables) and --egress was not asked for explicitly, the
+// worker starts without egress and says why: its sandboxes have loopback
+// only.
 
 type egressFlags struct {
 	on       *bool
@@ -45,7 +47,7 @@ type egressFlags struct {
 func addEgressFlags(fs *flag.FlagSet) egressFlags {
 	return egressFlags{
 		fs:       fs,
-		on:       fs.Bool("egress", false, "give gVisor sandboxes a network whose traffic goes only through the worker's egress gateway (experimental)"),
+		on:       fs.Bool("egress", true, "give sandboxes a network whose traffic goes only through the worker's egress gateway, as their policies allow (false: loopback only)"),
 		resolver: fs.String("egress-resolver", "", "upstream DNS resolver(s) of the egress gateway, comma-separated `ADDR:PORT` (default: the host's, from /etc/resolv.conf)"),
 		caBundle: fs.String("egress-ca-bundle", "", "PEM `FILE` of CAs the egress gateway trusts besides the system roots when it re-originates intercepted TLS (a corporate proxy's, a test internet's)"),
 		profile:  fs.String("egress-profile", netpolicy.ProfilePublic, "the profile of sandboxes without a policy of their own: public (any public address, nothing private), none, or an operator's profile; with `airlock up`, set explicitly, it becomes the default org's default profile"),
@@ -56,6 +58,13 @@ func addEgressFlags(fs *flag.FlagSet) egressFlags {
 // without --egress); rec takes every decision (netlog.go).
 func (f egressFlags) gateway(log *slog.Logger, rec *egressRecorder) (network.Config, worker.Gateway, error) {
 	if !*f.on {
+		return network.Config{}, nil, nil
+	}
+	if err := network.ProbeEgress(context.Background()); err != nil {
+		if f.explicit("egress") {
+			return network.Config{}, nil, fmt.Errorf("--egress: this machine cannot make egress networks: %w", err)
+		}
+		log.Warn("egress off: this machine cannot make egress networks (run as root with network namespaces and nftables, or pass --egress=false to silence this); sandboxes get loopback only", "err", err)
 		return network.Config{}, nil, nil
 	}
 	p, ok := netpolicy.Builtin(*f.profile)
@@ -184,6 +193,13 @@ func (a *gatewayAdapter) policy(id string, n *model.SandboxNetwork) egress.Polic
 		return a.none
 	}
 	return egress.FromPolicy(c)
+}
+
+// explicit reports whether flag name was given on the command line.
+func (f egressFlags) explicit(name string) bool {
+	set := false
+	f.fs.Visit(func(fl *flag.Flag) { set = set || fl.Name == name })
+	return set
 }
 
 // applyDefaultProfile makes an explicit --egress-profile the default

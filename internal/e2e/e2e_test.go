@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlock/airlock/internal/agentapi"
 	"github.com/airlock/airlock/internal/client"
+	"github.com/airlock/airlock/internal/network"
 	"github.com/airlock/airlock/internal/model"
 )
 
@@ -70,8 +71,13 @@ func TestCreateExecFilesDelete(t *testing.T) {
 	if r := sh(t, c, sb.ID, `ls /proc | grep -c '^[0-9]'`); strings.TrimSpace(r.stdout) == "" || len(strings.TrimSpace(r.stdout)) > 1 {
 		t.Errorf("sandbox sees %q processes", r.stdout)
 	}
-	if r := sh(t, c, sb.ID, "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '"); strings.TrimSpace(r.stdout) != "lo" {
-		t.Errorf("network interfaces besides loopback: %q", r.stdout)
+	// Loopback, and with egress (the default) the one link to its gateway.
+	wantIfs := "lo"
+	if network.HasGateway(sb.ID) {
+		wantIfs = "eth0\nlo"
+	}
+	if r := sh(t, c, sb.ID, "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' ' | sort"); strings.TrimSpace(r.stdout) != wantIfs {
+		t.Errorf("network interfaces: %q, want %q", r.stdout, wantIfs)
 	}
 
 	f, err := c.Files(ctx, sb.ID)

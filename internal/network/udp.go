@@ -1,6 +1,7 @@
 package network
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -14,6 +15,9 @@ import (
 	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/runtime"
 )
 
 // UDP other than DNS: the gateway namespace's filter hands every other
@@ -241,4 +245,21 @@ func udpFilter(c *nftables.Conn, t *nftables.Table, input *nftables.Chain, fromG
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(tproxyMark)},
 		&expr.Verdict{Kind: expr.VerdictAccept},
 	})})
+}
+
+// ProbeEgress makes and removes a throwaway egress network (namespaces,
+// veth, nftables with tproxy, the policy route, the gateway's sockets), to
+// tell at start whether this machine can give sandboxes egress at all
+// (root, network namespaces, nftables): nil if it can.
+func ProbeEgress(ctx context.Context) error {
+	id := model.NewID("probe")
+	cfg := Config{Egress: true}
+	if _, err := Setup(ctx, id, runtime.Caps{}, cfg); err != nil {
+		return err
+	}
+	ls, err := OpenGateway(id, cfg)
+	if err == nil {
+		ls.Close()
+	}
+	return errors.Join(err, Release(context.WithoutCancel(ctx), id))
 }

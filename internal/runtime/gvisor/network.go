@@ -43,7 +43,11 @@ func (d *Driver) writeNetwork(spec runtime.Spec, o *ociSpec) error {
 	if err := os.WriteFile(filepath.Join(dir, networkFile), b, 0o600); err != nil {
 		return err
 	}
-	if len(spec.Network.CACert) > 0 {
+	if spec.Network.Gateway.IsValid() {
+		// Every egress network mounts the bundle, with or without a CA
+		// (runsc restores only into the mounts it checkpointed with, and
+		// a sandbox's material may reach a restarted worker after it
+		// restores).
 		if err := d.writeBundle(spec, dir, o); err != nil {
 			return err
 		}
@@ -80,8 +84,10 @@ func (d *Driver) writeBundle(spec runtime.Spec, dir string, o *ociSpec) error {
 	if len(bundle) > 0 && bundle[len(bundle)-1] != '\n' {
 		bundle = append(bundle, '\n')
 	}
-	bundle = append(bundle, "# Airlock: the org's CA, which the egress gateway intercepts TLS with\n"...)
-	bundle = append(bundle, spec.Network.CACert...)
+	if len(spec.Network.CACert) > 0 {
+		bundle = append(bundle, "# Airlock: the org's CA, which the egress gateway intercepts TLS with\n"...)
+		bundle = append(bundle, spec.Network.CACert...)
+	}
 	p := filepath.Join(dir, bundleFile)
 	if err := os.WriteFile(p, bundle, 0o644); err != nil {
 		return err
