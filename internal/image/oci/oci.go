@@ -424,3 +424,23 @@ func progressf(w io.Writer, format string, args ...any) {
 		fmt.Fprintf(w, format+"\n", args...)
 	}
 }
+
+// BaseAgent returns the guest agent of the newest base template in
+// dataDir's catalog: the agent the worker there installed (and checked to
+// be static), which an imported template should carry too.
+func BaseAgent(dataDir string) (string, error) {
+	ts, err := image.ListTemplates(dataDir)
+	if err != nil {
+		return "", err
+	}
+	for i := len(ts) - 1; i >= 0; i-- {
+		if ts[i].Name != "base" {
+			continue
+		}
+		p := filepath.Join(image.TemplateRootFS(dataDir, ts[i].Digest), AgentPath)
+		if fi, err := os.Lstat(p); err == nil && fi.Mode().IsRegular() {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("no base template in %s to take the guest agent from: start `airlock up` (or `airlock worker`) with --data-dir %s once, or pass --agent: %w", dataDir, dataDir, model.ErrNotFound)
+}

@@ -2,7 +2,6 @@ package oci
 
 import (
 	"archive/tar"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,133 +14,33 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock/airlock/internal/image"
+	"github.com/airlock/airlock/internal/image/oci/ocitest"
 	"github.com/airlock/airlock/internal/model"
 )
 
-// entry is one tar entry of a test layer.
-type entry struct {
-	name     string
-	typ      byte
-	mode     int64
-	uid, gid int
-	body     string
-	link     string
-	xattrs   map[string]string
-}
+type entry = ocitest.Entry
 
-func dir(name string, mode int64) entry { return entry{name: name, typ: tar.TypeDir, mode: mode} }
-func file(name, body string, mode int64) entry {
-	return entry{name: name, typ: tar.TypeReg, mode: mode, body: body}
-}
-func symlink(name, target string) entry {
-	return entry{name: name, typ: tar.TypeSymlink, mode: 0o777, link: target}
-}
-func hardlink(name, target string) entry {
-	return entry{name: name, typ: tar.TypeLink, mode: 0o644, link: target}
-}
+var (
+	dir      = ocitest.Dir
+	file     = ocitest.File
+	symlink  = ocitest.Symlink
+	hardlink = ocitest.Hardlink
+	tarDir   = ocitest.TarDir
+)
 
-// layerTar writes entries as an uncompressed tar.
-func layerTar(t *testing.T, es []entry) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	mtime := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
-	for _, e := range es {
-		hdr := &tar.Header{Name: e.name, Typeflag: e.typ, Mode: e.mode, Uid: e.uid, Gid: e.gid, Linkname: e.link, ModTime: mtime, Format: tar.FormatPAX}
-		if e.typ == tar.TypeReg {
-			hdr.Size = int64(len(e.body))
-		}
-		if e.typ == tar.TypeChar {
-			hdr.Devmajor, hdr.Devminor = 1, 3
-		}
-		for k, v := range e.xattrs {
-			if hdr.PAXRecords == nil {
-				hdr.PAXRecords = map[string]string{}
-			}
-			hdr.PAXRecords["SCHILY.xattr."+k] = v
-		}
-		if err := tw.WriteHeader(hdr); err != nil {
-			t.Fatalf("tar header %s: %v", e.name, err)
-		}
-		if e.typ == tar.TypeReg {
-			if _, err := io.WriteString(tw, e.body); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
-
-// buildImage makes an image of the layers (go-containerregistry's own
-// writers: tarball layers, mutate) with cfg as its config.
 func buildImage(t *testing.T, cfg v1.Config, layers ...[]entry) v1.Image {
-	t.Helper()
-	img := empty.Image
-	for _, es := range layers {
-		b := layerTar(t, es)
-		l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil })
-		if err != nil {
-			t.Fatal(err)
-		}
-		if img, err = mutate.AppendLayers(img, l); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture, cf.Config = "linux", runtime.GOARCH, cfg
-	img, err = mutate.ConfigFile(img, cf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return img
+	return ocitest.Image(t, cfg, layers...)
 }
 
-// writeLayout writes img as an OCI image layout directory.
-func writeLayout(t *testing.T, img v1.Image, dir string) {
-	t.Helper()
-	p, err := layout.Write(dir, empty.Index)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{refNameAnnotation: "test"})); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// tarDir writes the tree at dir as a tar file at out.
-func tarDir(t *testing.T, dir, out string) {
-	t.Helper()
-	f, err := os.Create(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	tw := tar.NewWriter(f)
-	if err := tw.AddFS(os.DirFS(dir)); err != nil {
-		t.Fatal(err)
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-}
+func writeLayout(t *testing.T, img v1.Image, dir string) { ocitest.WriteLayout(t, img, dir) }
 
 // fakeAgent is a stand-in for airlock-agent: the importer copies it
 // verbatim, so any file does.
@@ -229,10 +128,9 @@ func typeName(m fs.FileMode) string {
 // the root, one absolute, replaced by a file in the next layer), a device
 // node (skipped), a fifo, setuid and sticky modes, owners and xattrs.
 func testImage(t *testing.T) v1.Image {
-	own := func(e entry, uid, gid int) entry { e.uid, e.gid = uid, gid; return e }
-	tool := file("usr/bin/tool", "#!/bin/sh\necho tool\n", 0o755)
-	tool.uid, tool.gid = 1001, 1001
-	tool.xattrs = map[string]string{"user.airlock.test": "yes", "trusted.overlay.opaque": "y"}
+	own := func(e entry, uid, gid int) entry { return e.Owned(uid, gid) }
+	tool := file("usr/bin/tool", "#!/bin/sh\necho tool\n", 0o755).Owned(1001, 1001)
+	tool.Xattrs = map[string]string{"user.airlock.test": "yes", "trusted.overlay.opaque": "y"}
 	l1 := []entry{
 		dir("etc", 0o755),
 		file("etc/passwd", "root:x:0:0:root:/root:/bin/sh\napp:x:1001:1001::/home/app:/bin/sh\n", 0o644),
@@ -246,8 +144,8 @@ func testImage(t *testing.T) v1.Image {
 		dir("opq", 0o750), file("opq/x", "x", 0o644), dir("opq/sub", 0o755), file("opq/sub/y", "y", 0o644),
 		file("gone", "gone", 0o644),
 		dir("tmp", 0o1777),
-		dir("dev", 0o755), {name: "dev/null", typ: tar.TypeChar, mode: 0o666}, hardlink("dev/null2", "dev/null"),
-		dir("run", 0o755), {name: "run/fifo", typ: tar.TypeFifo, mode: 0o640},
+		dir("dev", 0o755), {Name: "dev/null", Type: tar.TypeChar, Mode: 0o666}, hardlink("dev/null2", "dev/null"),
+		dir("run", 0o755), {Name: "run/fifo", Type: tar.TypeFifo, Mode: 0o640},
 		own(dir("home/app", 0o700), 1001, 1001),
 		own(dir("srv", 0o755), 1001, 1001),
 		// A read-only directory still takes its children.
@@ -353,10 +251,10 @@ func TestImportLayout(t *testing.T) {
 		t.Error("distinct files share an inode")
 	}
 	// Modification times are the layer's.
-	if fi, err := os.Lstat(filepath.Join(rootfs, "etc/passwd")); err != nil || !fi.ModTime().Equal(time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)) {
+	if fi, err := os.Lstat(filepath.Join(rootfs, "etc/passwd")); err != nil || !fi.ModTime().Equal(ocitest.MTime) {
 		t.Errorf("etc/passwd mtime = %v, %v", fi.ModTime(), err)
 	}
-	if fi, err := os.Lstat(filepath.Join(rootfs, "ro")); err != nil || !fi.ModTime().Equal(time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)) {
+	if fi, err := os.Lstat(filepath.Join(rootfs, "ro")); err != nil || !fi.ModTime().Equal(ocitest.MTime) {
 		t.Errorf("ro mtime = %v, %v (a directory's mtime is set after its children)", fi.ModTime(), err)
 	}
 	// The agent is the given binary.
