@@ -9,7 +9,8 @@ import (
 	"github.com/airlock/airlock/internal/image/oci"
 )
 
-// importTemplate is `airlock template import` (cli.Env.ImportTemplate):
+// importTemplate is `airlock template import` and `pull`
+// (cli.Env.ImportTemplate):
 // the image goes into the catalog of the worker's data directory, which
 // the worker reports to the server at its next sync.
 func importTemplate(ctx context.Context, req cli.TemplateImport) (cli.TemplateImported, error) {
@@ -21,9 +22,14 @@ func importTemplate(ctx context.Context, req cli.TemplateImport) (cli.TemplateIm
 		}
 		agent = a
 	}
-	rep, err := oci.Import(ctx, req.DataDir, req.Source, oci.Options{
-		Name: req.Name, Tag: req.Tag, Agent: agent, Ref: req.Ref, Progress: req.Progress,
-	})
+	o := oci.Options{Name: req.Name, Tag: req.Tag, Agent: agent, Ref: req.Ref, Progress: req.Progress}
+	var rep oci.Report
+	var err error
+	if req.Pull {
+		rep, err = oci.Pull(ctx, req.DataDir, req.Source, o, oci.PullOptions{Insecure: req.Insecure})
+	} else {
+		rep, err = oci.Import(ctx, req.DataDir, req.Source, o)
+	}
 	if err != nil {
 		return cli.TemplateImported{}, err
 	}

@@ -1,12 +1,19 @@
 package main
 
 import (
+	"io"
+	"log"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/airlock/airlock/internal/image"
 	"github.com/airlock/airlock/internal/image/oci"
@@ -69,5 +76,45 @@ func TestTemplateImportCommand(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(image.TemplateRootFS(data, got.Digest), "srv/hello")); err != nil || string(b) != "hello\n" {
 		t.Errorf("srv/hello = %q, %v", b, err)
+	}
+
+	// `template pull` from a registry (go-containerregistry's own, in
+	// process): the name comes from the reference.
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	pushed := ocitest.Image(t, v1.Config{User: "1000:1000"}, []ocitest.Entry{ocitest.File("pulled", "yes", 0o644)})
+	for ref, im := range map[string]v1.Image{host + "/team/pulled:2.0": pushed, host + "/team/same:1": img} {
+		r, err := name.ParseReference(ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := remote.Write(r, im); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code := run([]string{"template", "pull", host + "/team/pulled:2.0", "--data-dir", data, "--no-wait"}); code != 0 {
+		t.Fatalf("pull exited %d", code)
+	}
+	ts, err = image.ListTemplates(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pulled model.Template
+	for _, tp := range ts {
+		if tp.Name == "pulled" && tp.Tag == "2.0" {
+			pulled = tp
+		}
+	}
+	if pulled.Config == nil || pulled.Config.User != "1000:1000" {
+		t.Fatalf("pulled template = %+v (all: %+v)", pulled, ts)
+	}
+	if b, err := os.ReadFile(filepath.Join(image.TemplateRootFS(data, pulled.Digest), "pulled")); err != nil || string(b) != "yes" {
+		t.Errorf("pulled file = %q, %v", b, err)
+	}
+	// The content of app:1.0 under another name: refused (one name per
+	// template for now).
+	if code := run([]string{"template", "pull", host + "/team/same:1", "--data-dir", data, "--no-wait"}); code == 0 {
+		t.Error("pulling app:1.0's image as same:1 succeeded")
 	}
 }

@@ -84,7 +84,7 @@ var commands = []*command{
 	sandboxExportCmd, sandboxImportCmd,
 	execCmd, cpCmd,
 	opWaitCmd, opGetCmd,
-	templateListCmd, templateImportCmd,
+	templateListCmd, templateImportCmd, templatePullCmd,
 	orgCreateCmd, orgGetCmd, orgSetCmd, keyCreateCmd, keyListCmd, keyRemoveCmd,
 	poolSetCmd, poolListCmd, poolRemoveCmd,
 	sandboxNetworkCmd,

@@ -179,15 +179,9 @@ func Import(ctx context.Context, dataDir, src string, o Options) (Report, error)
 	if err := o.Validate(); err != nil {
 		return rep, err
 	}
-	tdir := filepath.Join(dataDir, "templates")
-	if err := os.MkdirAll(tdir, 0o755); err != nil {
-		return rep, fmt.Errorf("import: %w", err)
-	}
-	// 0700: the tree may hold setuid programs of any owner; no host user
-	// but root may reach them (the catalog entry keeps this mode).
-	build, err := os.MkdirTemp(tdir, ".import-")
+	build, err := newBuild(dataDir)
 	if err != nil {
-		return rep, fmt.Errorf("import: %w", err)
+		return rep, err
 	}
 	defer removeTree(build)
 
@@ -196,7 +190,28 @@ func Import(ctx context.Context, dataDir, src string, o Options) (Report, error)
 	if err != nil {
 		return rep, fmt.Errorf("import %s: %w", src, err)
 	}
-	rep.Source = s.kind
+	return add(ctx, dataDir, build, src, s, o)
+}
+
+// newBuild makes the scratch directory of one import under
+// dataDir/templates.
+func newBuild(dataDir string) (string, error) {
+	tdir := filepath.Join(dataDir, "templates")
+	if err := os.MkdirAll(tdir, 0o755); err != nil {
+		return "", fmt.Errorf("import: %w", err)
+	}
+	// 0700: the tree may hold setuid programs of any owner; no host user
+	// but root may reach them (the catalog entry keeps this mode).
+	build, err := os.MkdirTemp(tdir, ".import-")
+	if err != nil {
+		return "", fmt.Errorf("import: %w", err)
+	}
+	return build, nil
+}
+
+// add assembles s's image in build and adds it to dataDir's catalog.
+func add(ctx context.Context, dataDir, build, src string, s source, o Options) (Report, error) {
+	rep := Report{Source: s.kind}
 	t, err := assemble(ctx, s.image, build, o, &rep)
 	if err != nil {
 		return rep, fmt.Errorf("import %s: %w", src, err)
