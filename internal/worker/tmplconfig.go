@@ -3,8 +3,9 @@ package worker
 // Template defaults: an imported image's config (model.TemplateConfig:
 // Env, WorkingDir, User) is the default of every command of a sandbox from
 // that template, native or E2B. A command's own user and working directory
-// win, and the sandbox's env wins over the template's; the server knows
-// nothing of this (tokens carry the command as the client gave it).
+// win; env layers, lowest first, are the template's, the egress CA's
+// (withCAEnv), the sandbox's and the command's. The server knows nothing
+// of this (tokens carry the command as the client gave it).
 
 import (
 	"maps"
