@@ -41,6 +41,7 @@ func run(args []string) int {
 		StdinIsTerminal: isTerminal(os.Stdin),
 		Signals:         sigs,
 		BenchEgress:     egressbench.Run,
+		ImportTemplate:  importTemplate,
 	})
 }
 

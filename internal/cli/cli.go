@@ -48,6 +48,9 @@ type Env struct {
 	// skipped). cmd/airlock sets it: the gateway is worker code the CLI
 	// does not link.
 	BenchEgress bench.EgressFunc
+	// ImportTemplate runs `airlock template import` (nil: unavailable);
+	// cmd/airlock sets it, as BenchEgress.
+	ImportTemplate ImportFunc
 }
 
 func (e *Env) getenv(k string) string {
@@ -81,7 +84,7 @@ var commands = []*command{
 	sandboxExportCmd, sandboxImportCmd,
 	execCmd, cpCmd,
 	opWaitCmd, opGetCmd,
-	templateListCmd,
+	templateListCmd, templateImportCmd, templatePullCmd,
 	orgCreateCmd, orgGetCmd, orgSetCmd, keyCreateCmd, keyListCmd, keyRemoveCmd,
 	poolSetCmd, poolListCmd, poolRemoveCmd,
 	sandboxNetworkCmd,

@@ -388,6 +388,9 @@ type Template struct {
 	Digest    string    `json:"digest"`
 	SizeBytes int64     `json:"size_bytes"`
 	CreatedAt time.Time `json:"created_at"`
+	// Config is the defaults of an imported image for commands (nil: the
+	// agent's own, as for base); see TemplateConfig.
+	Config *TemplateConfig `json:"config,omitempty"`
 }
 
 // Worker is one host that runs sandboxes.

@@ -515,7 +515,10 @@ func (w *Worker) ensureProcess(ctx context.Context, ac *agentclient.Client, sid 
 		}
 		return info, nil
 	}
-	info, err := startProcess(ctx, ac, c, w.withCAEnv(sid, sandboxEnv))
+	// Env layers, lowest first: the template's, the egress CA's, the
+	// sandbox's, the command's.
+	c, env := withTemplateDefaults(w.sandboxTemplateConfig(sid), c, w.withCAEnv(sid, sandboxEnv))
+	info, err := startProcess(ctx, ac, c, env)
 	if errors.Is(err, agentclient.ErrGone) {
 		return info, errCommandGone(sid, c.ID)
 	}

@@ -41,6 +41,7 @@ import (
 	"time"
 
 	"github.com/airlock/airlock/internal/agentclient"
+	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/token"
 	"github.com/airlock/airlock/internal/workerapi"
 )
@@ -134,7 +135,7 @@ func (w *Worker) handleE2B(rw http.ResponseWriter, r *http.Request) {
 	// drains or drops the rest of a request body once the answer starts.
 	_ = http.NewResponseController(rw).EnableFullDuplex()
 	if port == e2bEnvdPort {
-		if err := e2bInits.ensure(r.Context(), sid, ac, w.withCAEnv(sid, env)); err != nil {
+		if err := e2bInits.ensure(r.Context(), sid, ac, w.withCAEnv(sid, env), w.sandboxTemplateConfig(sid)); err != nil {
 			w.log.Warn("envd init", "sandbox", sid, "err", err)
 			writeE2BError(rw, sid, http.StatusBadGateway, "envd in the sandbox did not initialize: "+err.Error())
 			return
@@ -212,8 +213,13 @@ func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { retur
 
 // ensure calls the agent's /envd/init once per agent client of sid. An
 // agent without envd (404) is remembered as done too: its requests then
-// fail on their own.
-func (e *envdInits) ensure(ctx context.Context, sid string, ac *agentclient.Client, env map[string]string) error {
+// fail on their own. An imported template's config (tmpl) gives the
+// default user, working directory and env under the sandbox's.
+func (e *envdInits) ensure(ctx context.Context, sid string, ac *agentclient.Client, env map[string]string, tmpl *model.TemplateConfig) error {
+	user, workdir := e2bDefaultUser, e2bDefaultWorkdir
+	if tmpl != nil {
+		user, workdir, env = tmpl.CommandUser(), tmpl.WorkingDir, templateEnv(tmpl, env)
+	}
 	want := envdInit{ac: ac, env: envKey(env)}
 	e.mu.Lock()
 	done := e.done[sid] == want
@@ -227,7 +233,11 @@ func (e *envdInits) ensure(ctx context.Context, sid string, ac *agentclient.Clie
 	ctx, cancel := context.WithTimeout(ctx, e2bInitTimeout)
 	defer cancel()
 	// E2B's default user; a template without it keeps the agent's default.
-	err := postInit(ctx, ac, map[string]any{"envVars": env, "defaultUser": e2bDefaultUser, "defaultWorkdir": e2bDefaultWorkdir})
+	body := map[string]any{"envVars": env, "defaultUser": user}
+	if workdir != "" {
+		body["defaultWorkdir"] = workdir
+	}
+	err := postInit(ctx, ac, body)
 	if errors.Is(err, errInitRejected) {
 		err = postInit(ctx, ac, map[string]any{"envVars": env})
 	}

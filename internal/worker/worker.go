@@ -214,6 +214,7 @@ type Worker struct {
 	orphanCheckAt time.Time
 	// imageBuilds are the template images being built (templates.go).
 	imageBuilds map[string]bool
+	tmplConfigs templateConfigs // command defaults of templates (tmplconfig.go)
 	workerID    string
 
 	kick chan struct{} // observed state changed: sync now

@@ -1,0 +1,190 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/airlock/airlock/internal/model"
+)
+
+// TemplateImport is one `airlock template import` or `pull`, as the
+// importer gets it.
+type TemplateImport struct {
+	Source string // an OCI layout directory, or a tar (OCI layout or docker save); with Pull, an image reference
+	// Pull fetches Source from its registry (Insecure: over plain HTTP).
+	Pull, Insecure bool
+	Name, Tag      string
+	DataDir        string // the worker's data directory, whose catalog gets the template
+	Agent          string // the guest agent to put in it; "" for the importer's default
+	Ref            string // which image of several
+	Progress       io.Writer
+}
+
+// TemplateImported is what the importer did.
+type TemplateImported struct {
+	Template model.Template `json:"template"`
+	Existing bool           `json:"existing"` // it was in the catalog already
+	Notes    []string       `json:"notes,omitempty"`
+}
+
+// ImportFunc imports an image into a worker's template catalog.
+// cmd/airlock sets Env.ImportTemplate to internal/image/oci's: image code
+// is worker code, which the CLI does not link.
+type ImportFunc func(ctx context.Context, req TemplateImport) (TemplateImported, error)
+
+// templateSeenWait bounds how long import waits for the server to list the
+// new template (the worker reports its catalog every few seconds, on its
+// next sync).
+const templateSeenWait = 2 * time.Minute
+
+var templateImportCmd = &command{
+	name:    "template import",
+	args:    "<archive|dir> --name NAME[:TAG] [--data-dir DIR] [--agent PATH] [--ref REF] [--no-wait] [--json]",
+	summary: "import an OCI image (layout dir or tar, or a docker save archive) as a template of the worker on this machine",
+	setup: func(fs *flag.FlagSet) func(context.Context, *runner, []string) error {
+		f := importFlags(fs, "template `name[:tag]` (tag default latest)")
+		ref := fs.String("ref", "", "which image of an archive with several: its ref.name annotation or repo:tag")
+		return func(ctx context.Context, r *runner, args []string) error {
+			if len(args) != 1 {
+				return usagef("template import", "want exactly one image archive or layout directory, got %d arguments", len(args))
+			}
+			if *f.nameTag == "" {
+				return usagef("template import", "--name is required")
+			}
+			return f.run(ctx, r, TemplateImport{Source: args[0], Ref: *ref})
+		}
+	},
+}
+
+var templatePullCmd = &command{
+	name:    "template pull",
+	args:    "<image-ref> [--name NAME[:TAG]] [--insecure] [--data-dir DIR] [--agent PATH] [--no-wait] [--json]",
+	summary: "pull an image from an OCI registry as a template of the worker on this machine",
+	setup: func(fs *flag.FlagSet) func(context.Context, *runner, []string) error {
+		f := importFlags(fs, "template `name[:tag]` (default: the image's last path component and tag)")
+		insecure := fs.Bool("insecure", false, "reach the registry over plain HTTP (localhost and private addresses already are)")
+		return func(ctx context.Context, r *runner, args []string) error {
+			if len(args) != 1 {
+				return usagef("template pull", "want exactly one image reference, got %d arguments", len(args))
+			}
+			if *f.nameTag == "" {
+				n, ok := refName(args[0])
+				if !ok {
+					return usagef("template pull", "cannot name a template after %q: pass --name", args[0])
+				}
+				*f.nameTag = n
+			}
+			return f.run(ctx, r, TemplateImport{Source: args[0], Pull: true, Insecure: *insecure})
+		}
+	},
+}
+
+// refName is the template name:tag for an image reference:
+// "registry:5000/team/app:1.2" is app:1.2, "alpine" alpine:latest; a
+// reference by digest only has none.
+func refName(ref string) (string, bool) {
+	if strings.Contains(ref, "@") {
+		return "", false
+	}
+	last := ref[strings.LastIndex(ref, "/")+1:]
+	n, tag, _ := strings.Cut(last, ":")
+	if n == "" {
+		return "", false
+	}
+	if tag == "" {
+		tag = "latest"
+	}
+	return strings.ToLower(n) + ":" + tag, true
+}
+
+// importCmdFlags are the flags import and pull share.
+type importCmdFlags struct {
+	nameTag, dataDir, agent *string
+	noWait, asJSON          *bool
+}
+
+func importFlags(fs *flag.FlagSet, nameUsage string) importCmdFlags {
+	return importCmdFlags{
+		nameTag: fs.String("name", "", nameUsage),
+		dataDir: fs.String("data-dir", "", "the worker's data `directory` (default $AIRLOCK_DATA_DIR, else ~/.local/share/airlock)"),
+		agent:   fs.String("agent", "", "guest agent `binary` to put in the template (default: the one in the newest base template there)"),
+		noWait:  fs.Bool("no-wait", false, "return once imported, without waiting for the server to list it"),
+		asJSON:  fs.Bool("json", false, "print {\"template\", \"existing\", \"notes\"} as JSON"),
+	}
+}
+
+// run imports req (Source, Pull, Insecure, Ref set) with the flags.
+func (f importCmdFlags) run(ctx context.Context, r *runner, req TemplateImport) error {
+	if r.env.ImportTemplate == nil {
+		return errors.New("template import is not available in this build (the importer is linked by cmd/airlock)")
+	}
+	req.Name, req.Tag, _ = strings.Cut(*f.nameTag, ":")
+	if req.Tag == "" {
+		req.Tag = "latest"
+	}
+	req.DataDir = *f.dataDir
+	if req.DataDir == "" {
+		req.DataDir = DataDir(r.env.getenv)
+	}
+	req.Agent = *f.agent
+	req.Progress = r.stderr
+	if *f.asJSON {
+		req.Progress = io.Discard
+	}
+	res, err := r.env.ImportTemplate(ctx, req)
+	if err != nil {
+		return err
+	}
+	t := res.Template
+	if !*f.asJSON {
+		for _, note := range res.Notes {
+			fmt.Fprintf(r.stderr, "note: %s\n", note)
+		}
+	}
+	if !*f.noWait {
+		if err := waitTemplateListed(ctx, r, t); err != nil {
+			fmt.Fprintf(r.stderr, "note: %v\n", err)
+		}
+	}
+	if *f.asJSON {
+		return printJSON(r.stdout, res)
+	}
+	fmt.Fprintf(r.stdout, "%s:%s %s\n", t.Name, t.Tag, t.Digest)
+	return nil
+}
+
+// waitTemplateListed waits until the server resolves t's name:tag to its
+// digest; an error says why it does not (yet).
+func waitTemplateListed(ctx context.Context, r *runner, t model.Template) error {
+	c, err := r.client()
+	if err != nil {
+		return fmt.Errorf("not waiting for the server to list %s:%s: %w", t.Name, t.Tag, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, templateSeenWait)
+	defer cancel()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		ts, err := c.ListTemplates(ctx)
+		if err == nil {
+			for _, s := range ts {
+				if s.Name == t.Name && s.Tag == t.Tag && s.Digest == t.Digest {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			if err != nil {
+				return fmt.Errorf("the server at %s does not list %s:%s yet (%v); its worker reports the template at its next sync", c.BaseURL, t.Name, t.Tag, err)
+			}
+			return fmt.Errorf("the server does not list %s:%s as %s after %s: is a worker running on this data directory?", t.Name, t.Tag, t.Digest, templateSeenWait)
+		case <-tick.C:
+		}
+	}
+}
