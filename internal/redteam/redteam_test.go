@@ -542,14 +542,14 @@ func sandboxCases(t *testing.T, s *suite, in *egresstest.Internet, env upEnv, a,
 				time.Sleep(200 * time.Millisecond)
 				n := in.UDPSeen()[netip.MustParseAddrPort("0.0.0.0:9999")]
 				return r.OK || n > 0, fmt.Sprintf("%s; the sink received %d", r.Detail, n)
-			}},
+			}, denied: deniedRE(`kind=udp .*ip=` + regexp.QuoteMeta(inet2) + ` port=9999 `)},
 		{name: "quic-out", what: "QUIC-like UDP 443 to the test internet (a listening sink)",
 			run: func(t *testing.T) (bool, string) {
 				r := a.probe(t, "udp", inet2, "443", `\xc0\x00\x00\x00\x01quic-initial`)
 				time.Sleep(200 * time.Millisecond)
 				n := in.UDPSeen()[netip.MustParseAddrPort("0.0.0.0:443")]
 				return r.OK || n > 0, fmt.Sprintf("%s; the sink received %d", r.Detail, n)
-			}},
+			}, denied: deniedRE(`kind=udp .*ip=` + regexp.QuoteMeta(inet2) + ` port=443 `)},
 		{name: "dns-other-resolver-udp", what: "query www.test.airlock at 8.8.8.8:53 (UDP): must be the gateway answering",
 			run: func(t *testing.T) (bool, string) {
 				before := len(in.DNSQueries())
