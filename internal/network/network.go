@@ -103,9 +103,13 @@ func Setup(ctx context.Context, id string, caps runtime.Caps, cfg Config) (runti
 		return runtime.Network{}, fmt.Errorf("network setup %s: %w", id, err)
 	}
 	if cfg.Egress {
-		setup := setupEgress
+		var v6 *Link6
+		if cfg.IPv6 {
+			v6 = &DefaultLink6
+		}
+		setup := func(id string, l Link) (runtime.Network, error) { return setupEgress(id, l, v6) }
 		if caps.Network {
-			setup = setupVMEgress
+			setup = setupVMEgress // IPv4 only
 		}
 		n, err := setup(id, cfg.link())
 		if err != nil {
