@@ -1,0 +1,76 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/airlock/airlock/internal/api/apitypes"
+	"github.com/airlock/airlock/internal/client"
+	"github.com/airlock/airlock/internal/egress/egresstest"
+)
+
+// TestEgressIPv6: inside a gVisor sandbox under `airlock up --egress`, a
+// policy with an IPv6 CIDR allow rule gives the guest IPv6 (fd00:64::2,
+// ::/0 via the gateway): curl -6 reaches the test internet's IPv6 HTTP
+// server by address and by its AAAA name, through the gateway (which
+// still denies IPv6 the policy does not name); a sandbox whose policy has
+// no IPv6 CIDR has no IPv6 address at all, and the same attempts fail.
+func TestEgressIPv6(t *testing.T) {
+	s := need(t)
+	in := egresstest.Start(t, egresstest.Config{})
+	if !in.Prefix6.IsValid() {
+		t.Skipf("the test internet has no IPv6: %s", in.IPv6Reason)
+	}
+	c, logPath := egressUp(t, s, in, "public", "gvisor")
+	six, addr6 := egresstest.Name(egresstest.Six), in.Addr6(2)
+	policy := `{"version":1,"default":"deny","rules":[
+		{"action":"allow","domains":["` + six + `"]},
+		{"action":"allow","cidrs":["` + in.Prefix6.String() + `"],"ports":[80]}]}`
+	id := newSandbox(t, c, client.CreateSandboxRequest{Network: &apitypes.NetworkRequest{Policy: []byte(policy)}}).ID
+	none := newSandbox(t, c, client.CreateSandboxRequest{}).ID // the public profile: no IPv6 CIDR
+
+	reach := func(sb, args string) (bool, string, int) {
+		t.Helper()
+		out, _, ms := timed(t, c, sb, "curl -6 -sS -m 20 "+args)
+		return strings.Contains(out, "airlock-inet"), out, ms
+	}
+	if out, _, _ := timed(t, c, id, "cat /proc/net/if_inet6"); !strings.Contains(out, "fd000064000000000000000000000002") {
+		t.Errorf("the IPv6 sandbox's guest lacks fd00:64::2:\n%s", out)
+	}
+	if out, _, _ := timed(t, c, none, "cat /proc/net/if_inet6"); strings.Contains(out, "fd00") || strings.Contains(out, "eth0") {
+		t.Errorf("the sandbox without an IPv6 rule has IPv6 on eth0:\n%s", out)
+	}
+	for _, tc := range []struct {
+		what, sb, args string
+		want           bool
+	}{
+		{"IPv6 by address", id, "http://[" + addr6.String() + "]/v6-address", true},
+		{"IPv6 by AAAA name", id, "http://" + six + "/v6-name", true},
+		{"IPv6, a port the rule does not list", id, "-k https://[" + addr6.String() + "]/v6-port", false},
+		{"IPv6 outside the CIDR", id, "http://[2001:db8:ffff::1]/v6-outside", false},
+		{"IPv6 to the gateway's ULA", id, "http://[fd00:64::1]:8080/v6-ula", false},
+		{"no IPv6 rule: by address", none, "http://[" + addr6.String() + "]/none-address", false},
+		{"no IPv6 rule: by AAAA name", none, "http://" + six + "/none-name", false},
+	} {
+		ok, out, ms := reach(tc.sb, tc.args)
+		t.Logf("%-38s reached=%v in %d ms: %.120q", tc.what, ok, ms, out)
+		if ok != tc.want {
+			t.Errorf("%s: reached=%v, want %v: %s\n%s", tc.what, ok, tc.want, out, egressLog(logPath))
+		}
+		if !tc.want && ms > 5000 {
+			t.Errorf("%s: the denial took %d ms: a denied attempt must fail at once", tc.what, ms)
+		}
+	}
+	got := map[string]bool{}
+	for _, r := range in.Requests() {
+		if r.Local.Addr() == addr6 {
+			got[r.Path] = true
+		}
+		if strings.HasPrefix(r.Path, "/none-") || r.Path == "/v6-port" || r.Path == "/v6-outside" {
+			t.Errorf("a denied request reached the test internet: %+v", r)
+		}
+	}
+	if !got["/v6-address"] || !got["/v6-name"] {
+		t.Errorf("the test internet's IPv6 address got %v, want /v6-address and /v6-name", got)
+	}
+}
