@@ -44,7 +44,8 @@ import (
 // frames with a packet socket, which the guest namespace's own netfilter
 // hooks never see). In order:
 //
-//   - a source other than Link.Guest, and any IPv6 or ARP-less junk: drop
+//   - a source other than Link.Guest, and any IPv6 (unless Config.IPv6,
+//     below) or ARP-less junk: drop
 //     (anti-spoofing: a forged DNS answer or a spoofed packet never reaches
 //     the gateway);
 //   - TCP or UDP/TCP port 53: on to the redirect; other UDP: to the

@@ -116,11 +116,6 @@ type Internet struct {
 	HostIf   string         // the host side of the veth
 	Prefix   netip.Prefix   // the /24 of the link
 	HostAddr netip.Addr     // .1, on the host
-	// Prefix6 is the link's IPv6 /64 and HostAddr6 its ::1 on the host;
-	// both invalid when the host has no IPv6 (IPv6Reason says why).
-	Prefix6    netip.Prefix
-	HostAddr6  netip.Addr
-	IPv6Reason string
 	DNS      netip.AddrPort // the authoritative DNS server (.2:53)
 	CAFile   string         // PEM of the CA that signed the HTTPS certificate
 	CAPEM    []byte
@@ -129,6 +124,12 @@ type Internet struct {
 	GitRepo, GitReason string
 	// GitHead is the commit of the repository's main branch.
 	GitHead string
+
+	// Prefix6 is the link's IPv6 /64 and HostAddr6 its ::1 on the host;
+	// both invalid when the host has no IPv6 (IPv6Reason says why).
+	Prefix6    netip.Prefix
+	HostAddr6  netip.Addr
+	IPv6Reason string
 
 	dir       string
 	cert      tls.Certificate
