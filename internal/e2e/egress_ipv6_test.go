@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -61,6 +62,34 @@ func TestEgressIPv6(t *testing.T) {
 			t.Errorf("%s: the denial took %d ms: a denied attempt must fail at once", tc.what, ms)
 		}
 	}
+	// DNS over IPv6 to any resolver is answered by the gateway's (in the
+	// resolver's name); other IPv6 UDP goes nowhere, even to an address
+	// the CIDR rule allows (UDP over IPv6 is not relayed).
+	putFile(t, c, id, "/tmp/udp6.py", `import socket, struct, sys
+hdr = struct.pack(">HHHHHH", 0x1234, 0x0100, 1, 0, 0, 0)
+qn = b"".join(bytes([len(p)]) + p.encode() for p in sys.argv[2].split(".")) + b"\0"
+s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM); s.settimeout(3)
+s.sendto(hdr + qn + struct.pack(">HH", 28, 1), (sys.argv[1], 53))
+try:
+    d, src = s.recvfrom(1500); print("dns-reply", src[0], "rcode", d[3] & 15, "answers", struct.unpack(">H", d[6:8])[0])
+except socket.timeout:
+    print("dns-noreply")
+u = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM); u.settimeout(2)
+u.sendto(b"ping", (sys.argv[3], 7))
+try:
+    u.recvfrom(512); print("udp-reply")
+except socket.timeout:
+    print("udp-noreply")
+`)
+	echo6 := netip.AddrPortFrom(addr6, egresstest.EchoPort)
+	out, _, _ := timed(t, c, id, "python3 /tmp/udp6.py 2001:db8:ffff::53 "+six+" "+addr6.String())
+	if !strings.Contains(out, "dns-reply 2001:db8:ffff::53 rcode 0 answers 1") || !strings.Contains(out, "udp-noreply") {
+		t.Errorf("IPv6 DNS to any resolver / IPv6 UDP: %q\n%s", out, egressLog(logPath))
+	}
+	if n := in.UDPSeen()[echo6]; n != 0 {
+		t.Errorf("the test internet's IPv6 echo %s received %d datagrams", echo6, n)
+	}
+
 	got := map[string]bool{}
 	for _, r := range in.Requests() {
 		if r.Local.Addr() == addr6 {

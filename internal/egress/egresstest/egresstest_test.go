@@ -146,4 +146,16 @@ func TestInternetIPv6(t *testing.T) {
 	if len(reqs) != 2 || reqs[0].Local.Addr() != in.Addr6(2) || !reqs[1].TLS {
 		t.Errorf("requests %+v", reqs)
 	}
+	echo := netip.AddrPortFrom(in.Addr6(2), egresstest.EchoPort)
+	u, err := net.Dial("udp6", echo.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	u.SetDeadline(time.Now().Add(5 * time.Second)) // a safety net
+	u.Write([]byte("ping"))
+	buf := make([]byte, 64)
+	if n, err := u.Read(buf); err != nil || string(buf[:n]) != "echo:ping" || in.UDPSeen()[echo] != 1 {
+		t.Errorf("UDP echo on %s: %q %v, seen %d", echo, buf[:n], err, in.UDPSeen()[echo])
+	}
 }

@@ -23,7 +23,7 @@
 //     gateway as its upstream (--egress-resolver);
 //   - UDP sinks on ports 53 of .3, 443 and 9999 of every address, which
 //     count what arrives (nothing should), and a UDP echo on port 7
-//     (EchoPort) of every address, for UDP rules.
+//     (EchoPort) of every address (IPv6 ones too), for UDP rules.
 //
 // Every server records what reached it (Requests, UDPSeen), so a test can
 // check that a denied attempt never arrived. Nothing is routed beyond the
@@ -642,8 +642,17 @@ func (in *Internet) serve() error {
 		for i := 2; i <= 9; i++ { // one echo per address, so that each answers from its own
 			sinks = append(sinks, netip.AddrPortFrom(in.Addr(i), EchoPort).String())
 		}
+		if in.Prefix6.IsValid() {
+			for i := 2; i <= 9; i++ {
+				sinks = append(sinks, netip.AddrPortFrom(in.Addr6(i), EchoPort).String())
+			}
+		}
 		for _, a := range sinks {
-			pc, err := net.ListenPacket("udp4", a)
+			family := "udp4"
+			if strings.HasPrefix(a, "[") {
+				family = "udp6"
+			}
+			pc, err := net.ListenPacket(family, a)
 			if err != nil {
 				return err
 			}
