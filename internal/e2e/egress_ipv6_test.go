@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"net/netip"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 	"github.com/airlock/airlock/internal/api/apitypes"
 	"github.com/airlock/airlock/internal/client"
 	"github.com/airlock/airlock/internal/egress/egresstest"
+	"github.com/airlock/airlock/internal/model"
 )
 
 // TestEgressIPv6: inside a gVisor sandbox under `airlock up --egress`, a
@@ -90,6 +92,25 @@ except socket.timeout:
 		t.Errorf("the test internet's IPv6 echo %s received %d datagrams", echo6, n)
 	}
 
+	// Suspend and wake: the woken sandbox (restored into a new network,
+	// made under the same policy) has IPv6 again.
+	ctx := context.Background()
+	for _, step := range []struct {
+		verb string
+		do   func(context.Context, string) (model.Operation, error)
+	}{{"suspend", c.SuspendSandbox}, {"wake", c.WakeSandbox}} {
+		op, err := step.do(ctx, id)
+		if err == nil {
+			_, err = c.WaitOperation(ctx, op.ID)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", step.verb, err)
+		}
+	}
+	if ok, out, _ := reach(id, "http://"+six+"/v6-woken"); !ok {
+		t.Errorf("IPv6 by name after suspend and wake: %s\n%s", out, egressLog(logPath))
+	}
+
 	got := map[string]bool{}
 	for _, r := range in.Requests() {
 		if r.Local.Addr() == addr6 {
@@ -99,7 +120,7 @@ except socket.timeout:
 			t.Errorf("a denied request reached the test internet: %+v", r)
 		}
 	}
-	if !got["/v6-address"] || !got["/v6-name"] {
-		t.Errorf("the test internet's IPv6 address got %v, want /v6-address and /v6-name", got)
+	if !got["/v6-address"] || !got["/v6-name"] || !got["/v6-woken"] {
+		t.Errorf("the test internet's IPv6 address got %v, want /v6-address, /v6-name and /v6-woken", got)
 	}
 }
