@@ -17,7 +17,8 @@ import (
 // ::/0 via the gateway): curl -6 reaches the test internet's IPv6 HTTP
 // server by address and by its AAAA name, through the gateway (which
 // still denies IPv6 the policy does not name); a sandbox whose policy has
-// no IPv6 CIDR has no IPv6 address at all, and the same attempts fail.
+// no IPv6 CIDR has no IPv6 address at all, and the same attempts fail;
+// an update adding an IPv6 CIDR applies from its next start (a wake).
 func TestEgressIPv6(t *testing.T) {
 	s := need(t)
 	in := egresstest.Start(t, egresstest.Config{})
@@ -111,16 +112,41 @@ except socket.timeout:
 		t.Errorf("IPv6 by name after suspend and wake: %s\n%s", out, egressLog(logPath))
 	}
 
+	// A policy update that adds the first IPv6 CIDR applies from the
+	// sandbox's next start: not at once (no IPv6 on its link), after a
+	// suspend and wake.
+	if _, err := c.SetSandboxNetwork(ctx, none, apitypes.NetworkRequest{Policy: []byte(policy)}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, out, _ := reach(none, "http://["+addr6.String()+"]/late-update"); ok {
+		t.Errorf("IPv6 right after a policy update that adds it: %s", out)
+	}
+	for _, step := range []struct {
+		verb string
+		do   func(context.Context, string) (model.Operation, error)
+	}{{"suspend", c.SuspendSandbox}, {"wake", c.WakeSandbox}} {
+		op, err := step.do(ctx, none)
+		if err == nil {
+			_, err = c.WaitOperation(ctx, op.ID)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", step.verb, err)
+		}
+	}
+	if ok, out, _ := reach(none, "http://"+six+"/late-woken"); !ok {
+		t.Errorf("IPv6 after the update and a suspend and wake: %s\n%s", out, egressLog(logPath))
+	}
+
 	got := map[string]bool{}
 	for _, r := range in.Requests() {
 		if r.Local.Addr() == addr6 {
 			got[r.Path] = true
 		}
-		if strings.HasPrefix(r.Path, "/none-") || r.Path == "/v6-port" || r.Path == "/v6-outside" {
+		if strings.HasPrefix(r.Path, "/none-") || r.Path == "/v6-port" || r.Path == "/v6-outside" || r.Path == "/late-update" {
 			t.Errorf("a denied request reached the test internet: %+v", r)
 		}
 	}
-	if !got["/v6-address"] || !got["/v6-name"] || !got["/v6-woken"] {
-		t.Errorf("the test internet's IPv6 address got %v, want /v6-address, /v6-name and /v6-woken", got)
+	if !got["/v6-address"] || !got["/v6-name"] || !got["/v6-woken"] || !got["/late-woken"] {
+		t.Errorf("the test internet's IPv6 address got %v, want /v6-address, /v6-name, /v6-woken and /late-woken", got)
 	}
 }
