@@ -65,6 +65,24 @@ func TestEgressIPv6(t *testing.T) {
 			t.Errorf("%s: the denial took %d ms: a denied attempt must fail at once", tc.what, ms)
 		}
 	}
+	// The host's own IPv6 address (the test internet's ::1, inside the
+	// CIDR rule) is refused by the guard, and the log says so.
+	host6 := in.HostAddr6.String()
+	if ok, out, _ := reach(id, "http://["+host6+"]/v6-host"); ok {
+		t.Errorf("reached the host's %s: %s", host6, out)
+	}
+	lr, err := c.NetworkLog(context.Background(), id, 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostDenied := false
+	for _, e := range lr.Entries {
+		hostDenied = hostDenied || e.IP == host6 && e.Decision == model.NetDenied && strings.Contains(e.Reason, "address of the host")
+	}
+	if !hostDenied {
+		t.Errorf("no denial of the host's %s as a host address in the network log: %+v", host6, lr.Entries)
+	}
+
 	// DNS over IPv6 to any resolver is answered by the gateway's (in the
 	// resolver's name); other IPv6 UDP goes nowhere, even to an address
 	// the CIDR rule allows (UDP over IPv6 is not relayed).
