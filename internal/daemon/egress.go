@@ -132,7 +132,8 @@ type gatewayAdapter struct {
 
 func (a *gatewayAdapter) Attach(id string, ls network.Listeners, n *model.SandboxNetwork, eg *workerapi.Egress) error {
 	a.gw.Detach(id) // attaching again replaces the listeners
-	if err := a.gw.AttachListeners(id, egress.WithInterception(a.policy(id, n), a.interception(id, eg)), ls.Proxy, ls.DNS, ls.DNSTCP); err != nil {
+	if err := a.gw.AttachListenerSets(id, egress.WithInterception(a.policy(id, n), a.interception(id, eg)),
+		egress.Listeners{Proxy: ls.Proxy, DNS: ls.DNS, DNSTCP: ls.DNSTCP}, egress.Listeners{Proxy: ls.Proxy6, DNS: ls.DNS6, DNSTCP: ls.DNSTCP6}); err != nil {
 		return err
 	}
 	if ls.UDP != nil {
@@ -144,6 +145,11 @@ func (a *gatewayAdapter) Attach(id string, ls network.Listeners, n *model.Sandbo
 		}()
 	}
 	return nil
+}
+
+// AllowsIPv6 tells the worker whether sandbox id's network needs IPv6.
+func (a *gatewayAdapter) AllowsIPv6(id string, n *model.SandboxNetwork) bool {
+	return egress.AllowsIPv6(a.policy(id, n))
 }
 
 func (a *gatewayAdapter) Update(id string, n *model.SandboxNetwork, eg *workerapi.Egress) error {

@@ -254,6 +254,19 @@ func (g *Gateway) Attach(sandboxID string, addr netip.Addr, p Policy) error {
 // sandbox may use the same address. Any listener may be nil. They are
 // served until Detach (or Close), which closes them.
 func (g *Gateway) AttachListeners(sandboxID string, p Policy, proxy net.Listener, dnsUDP net.PacketConn, dnsTCP net.Listener) error {
+	return g.AttachListenerSets(sandboxID, p, Listeners{Proxy: proxy, DNS: dnsUDP, DNSTCP: dnsTCP})
+}
+
+// Listeners are one address family's sockets of a sandbox (any may be nil).
+type Listeners struct {
+	Proxy  net.Listener   // redirected TCP connections
+	DNS    net.PacketConn // DNS over UDP
+	DNSTCP net.Listener   // DNS over TCP
+}
+
+// AttachListenerSets is AttachListeners with several sets of listeners
+// for the same sandbox (its IPv4 and its IPv6 ones), all served alike.
+func (g *Gateway) AttachListenerSets(sandboxID string, p Policy, sets ...Listeners) error {
 	if sandboxID == "" || p == nil {
 		return fmt.Errorf("attach %q: %w", sandboxID, ErrInvalid)
 	}
@@ -272,21 +285,25 @@ func (g *Gateway) AttachListeners(sandboxID string, p Policy, proxy net.Listener
 		records:     map[netip.Addr]map[string]time.Time{},
 		dnsInflight: make(chan struct{}, maxDNSInflight),
 	}
-	for _, c := range []io.Closer{proxy, dnsUDP, dnsTCP} {
-		if c != nil && !reflect.ValueOf(c).IsNil() {
-			sb.listeners = append(sb.listeners, c)
+	for _, set := range sets {
+		for _, c := range []io.Closer{set.Proxy, set.DNS, set.DNSTCP} {
+			if c != nil && !reflect.ValueOf(c).IsNil() {
+				sb.listeners = append(sb.listeners, c)
+			}
 		}
 	}
 	g.byID[sandboxID] = sb
 	g.mu.Unlock()
-	if proxy != nil {
-		go g.serveProxyFor(proxy, sb)
-	}
-	if dnsUDP != nil {
-		go g.serveDNSFor(&dns.Server{PacketConn: dnsUDP, UDPSize: 4096}, dnsUDP, dnsUDP.Close, sb)
-	}
-	if dnsTCP != nil {
-		go g.serveDNSFor(&dns.Server{Listener: dnsTCP}, dnsTCP, dnsTCP.Close, sb)
+	for _, set := range sets {
+		if proxy := set.Proxy; proxy != nil && !reflect.ValueOf(proxy).IsNil() {
+			go g.serveProxyFor(proxy, sb)
+		}
+		if dnsUDP := set.DNS; dnsUDP != nil && !reflect.ValueOf(dnsUDP).IsNil() {
+			go g.serveDNSFor(&dns.Server{PacketConn: dnsUDP, UDPSize: 4096}, dnsUDP, dnsUDP.Close, sb)
+		}
+		if dnsTCP := set.DNSTCP; dnsTCP != nil && !reflect.ValueOf(dnsTCP).IsNil() {
+			go g.serveDNSFor(&dns.Server{Listener: dnsTCP}, dnsTCP, dnsTCP.Close, sb)
+		}
 	}
 	return nil
 }

@@ -19,6 +19,13 @@ func (p compiled) Conn(name string, ip netip.Addr, port uint16, proto string) De
 
 func (p compiled) Reachable(ip netip.Addr) Decision { return decision(p.c.Reachable(ip)) }
 
+// AllowsIPv6 reports whether p is a compiled NetworkPolicyV1 (FromPolicy)
+// with an allow rule naming an IPv6 CIDR (netpolicy's AllowsIPv6).
+func AllowsIPv6(p Policy) bool {
+	c, ok := p.(compiled)
+	return ok && c.c.AllowsIPv6()
+}
+
 func decision(d netpolicy.Decision) Decision {
 	out := Decision{Allow: d.Allow, Rule: d.Rule, Reason: d.Reason, TLS: string(d.TLS), ByName: d.ByName}
 	if d.Inject != nil && len(d.Inject.Headers) > 0 {

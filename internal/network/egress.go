@@ -44,7 +44,8 @@ import (
 // frames with a packet socket, which the guest namespace's own netfilter
 // hooks never see). In order:
 //
-//   - a source other than Link.Guest, and any IPv6 or ARP-less junk: drop
+//   - a source other than Link.Guest, and any IPv6 (unless Config.IPv6,
+//     below) or ARP-less junk: drop
 //     (anti-spoofing: a forged DNS answer or a spoofed packet never reaches
 //     the gateway);
 //   - TCP or UDP/TCP port 53: on to the redirect; other UDP: to the
@@ -55,7 +56,16 @@ import (
 //     output admits only replies (ct established, related) and loopback.
 //
 // IPv6 is off on both ends (disable_ipv6), so the guest gets no IPv6
-// address at all.
+// address at all, unless Config.IPv6 (the sandbox's policy allows an IPv6
+// CIDR when its network is made): then the link also carries DefaultLink6
+// (guest fd00:64::2/126, gateway fd00:64::1, the guest's ::/0 via it;
+// static addresses without DAD, no SLAAC, no router advertisements, no
+// link-local addresses), and the filter above has an IPv6 part: a source
+// other than Link6.Guest: drop; ICMPv6 neighbour solicitations and
+// advertisements (the link's own address resolution): accept, other
+// ICMPv6: drop; TCP: to the proxy, UDP port 53: to the resolver (on
+// Link6.Gateway, to any address), other UDP: drop (the UDP relay is
+// IPv4 only).
 
 // Link is the point-to-point link of an egress network. Every sandbox has
 // the same one (they live in namespaces of their own).
@@ -68,6 +78,17 @@ type Link struct {
 // address space, RFC 6598: not routed on the internet, rarely used on a
 // LAN).
 var DefaultLink = Link{Guest: netip.MustParsePrefix("100.64.0.2/30"), Gateway: netip.MustParseAddr("100.64.0.1")}
+
+// Link6 is the IPv6 half of an egress link (Config.IPv6).
+type Link6 struct {
+	Guest   netip.Prefix // the guest's address and the link's length
+	Gateway netip.Addr   // the gateway's end, the guest's ::/0 route
+}
+
+// DefaultLink6 is fd00:64::2/126 with the gateway on fd00:64::1 (unique
+// local addresses, RFC 4193: never routed, and the guard keeps fc00::/7
+// out of every policy's reach).
+var DefaultLink6 = Link6{Guest: netip.MustParsePrefix("fd00:64::2/126"), Gateway: netip.MustParseAddr("fd00:64::1")}
 
 // Ports of the gateway's listeners on Link.Gateway in the gateway namespace.
 const (
@@ -91,6 +112,11 @@ type Config struct {
 	Egress bool
 	// Link is the egress link (zero: DefaultLink).
 	Link Link
+	// IPv6 adds DefaultLink6 to a runtime without a network device
+	// (gvisor): the worker sets it for a sandbox whose policy allows an
+	// IPv6 CIDR when the network is made (netpolicy's AllowsIPv6). A VM's
+	// egress network ignores it (its link filter admits IPv4 and ARP only).
+	IPv6 bool
 }
 
 func (c Config) link() Link {
@@ -131,27 +157,32 @@ func HasGateway(id string) bool {
 
 // setupEgress makes the two namespaces, the link, the addresses and the
 // filter. It runs on locked threads that are thrown away.
-func setupEgress(id string, l Link) (runtime.Network, error) {
+func setupEgress(id string, l Link, v6 *Link6) (runtime.Network, error) {
 	if err := l.Validate(); err != nil {
 		return runtime.Network{}, err
 	}
 	done := make(chan error, 1)
 	go func() {
 		goruntime.LockOSThread() // never unlocked: the thread ends with the goroutine
-		done <- makeEgress(id, l)
+		done <- makeEgress(id, l, v6)
 	}()
 	if err := <-done; err != nil {
 		return runtime.Network{}, err
 	}
-	return runtime.Network{
+	n := runtime.Network{
 		Namespace:   Path(id),
 		Interfaces:  []runtime.Interface{{Name: GuestIf, Addresses: []netip.Prefix{l.Guest}}},
 		Gateway:     l.Gateway,
 		Nameservers: []netip.Addr{l.Gateway},
-	}, nil
+	}
+	if v6 != nil {
+		n.Interfaces[0].Addresses = append(n.Interfaces[0].Addresses, v6.Guest)
+		n.Gateway6 = v6.Gateway
+	}
+	return n, nil
 }
 
-func makeEgress(id string, l Link) error {
+func makeEgress(id string, l Link, v6 *Link6) error {
 	origin, err := netns.Get()
 	if err != nil {
 		return err
@@ -165,10 +196,10 @@ func makeEgress(id string, l Link) error {
 	if err := upLoopback(); err != nil {
 		return err
 	}
-	if err := disableIPv6(); err != nil {
+	if err := setIPv6(v6 != nil); err != nil {
 		return err
 	}
-	if err := makeGateway(id, l, guest, nil); err != nil {
+	if err := makeGateway(id, l, guest, nil, v6); err != nil {
 		return err
 	}
 	if err := netns.Set(guest); err != nil {
@@ -176,6 +207,11 @@ func makeEgress(id string, l Link) error {
 	}
 	if err := GuestAddress(l); err != nil {
 		return err
+	}
+	if v6 != nil {
+		if err := GuestAddress6(*v6); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -185,7 +221,7 @@ func makeEgress(id string, l Link) error {
 // namespace guest, gw0's address and the filter. With vm (a VM's egress
 // network, vm.go) gw0 gets vm.gatewayMAC and the link filter admits only
 // the VM's frames.
-func makeGateway(id string, l Link, guest netns.NsHandle, vm *vmLink) error {
+func makeGateway(id string, l Link, guest netns.NsHandle, vm *vmLink, v6 *Link6) error {
 	gw, err := netns.NewNamed(GatewayName(id)) // the thread is now in gw
 	if err != nil {
 		return fmt.Errorf("create namespace %s: %w", GatewayName(id), err)
@@ -194,7 +230,7 @@ func makeGateway(id string, l Link, guest netns.NsHandle, vm *vmLink) error {
 	if err := upLoopback(); err != nil {
 		return err
 	}
-	if err := disableIPv6(); err != nil {
+	if err := setIPv6(v6 != nil); err != nil {
 		return err
 	}
 	attrs := netlink.LinkAttrs{Name: GatewayIf}
@@ -212,10 +248,16 @@ func makeGateway(id string, l Link, guest netns.NsHandle, vm *vmLink) error {
 	if err := netlink.AddrAdd(gwLink, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(l.Gateway, l.Guest.Bits()))}); err != nil {
 		return fmt.Errorf("address %s: %w", GatewayIf, err)
 	}
+	if v6 != nil {
+		a := &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(v6.Gateway, v6.Guest.Bits())), Flags: unix.IFA_F_NODAD}
+		if err := netlink.AddrAdd(gwLink, a); err != nil {
+			return fmt.Errorf("address %s: %w", GatewayIf, err)
+		}
+	}
 	if err := netlink.LinkSetUp(gwLink); err != nil {
 		return err
 	}
-	if err := writeFilter(0, l); err != nil {
+	if err := writeFilter(0, l, v6); err != nil {
 		return fmt.Errorf("nftables in %s: %w", GatewayName(id), err)
 	}
 	if err := tproxyRoute(); err != nil {
@@ -251,6 +293,46 @@ func GuestAddress(l Link) error {
 	return nil
 }
 
+// GuestAddress6 puts the guest's IPv6 address (no DAD) and its ::/0 route
+// on eth0 of the calling thread's namespace, like GuestAddress.
+func GuestAddress6(l Link6) error {
+	eth, err := netlink.LinkByName(GuestIf)
+	if err != nil {
+		return fmt.Errorf("find %s: %w", GuestIf, err)
+	}
+	if err := netlink.AddrReplace(eth, &netlink.Addr{IPNet: ipNet(l.Guest), Flags: unix.IFA_F_NODAD}); err != nil {
+		return fmt.Errorf("address %s: %w", GuestIf, err)
+	}
+	if err := netlink.LinkSetUp(eth); err != nil {
+		return err
+	}
+	route := &netlink.Route{LinkIndex: eth.Attrs().Index, Family: unix.AF_INET6, Gw: net.IP(l.Gateway.AsSlice()),
+		Dst: &net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}}
+	if err := netlink.RouteReplace(route); err != nil {
+		return fmt.Errorf("default route via %s: %w", l.Gateway, err)
+	}
+	return nil
+}
+
+// hasAddr reports whether link name of the calling thread's namespace
+// has address a.
+func hasAddr(name string, a netip.Addr) bool {
+	link, err := netlink.LinkByName(name)
+	if err != nil {
+		return false
+	}
+	addrs, err := netlink.AddrList(link, netlink.FAMILY_ALL)
+	if err != nil {
+		return false
+	}
+	for _, x := range addrs {
+		if ip, ok := netip.AddrFromSlice(x.IP); ok && ip.Unmap() == a {
+			return true
+		}
+	}
+	return false
+}
+
 func upLoopback() error {
 	lo, err := netlink.LinkByName("lo")
 	if err != nil {
@@ -275,6 +357,28 @@ func disableIPv6() error {
 	return nil
 }
 
+// setIPv6 turns IPv6 off in the calling thread's namespace (disableIPv6)
+// or, with on, keeps it on for static addresses only: links made from now
+// on get no link-local address (addr_gen_mode 1), no SLAAC, accept no
+// router advertisements, send no solicitations and run no DAD.
+func setIPv6(on bool) error {
+	if !on {
+		return disableIPv6()
+	}
+	for _, k := range []string{"all", "default"} {
+		for key, v := range map[string]string{"disable_ipv6": "0", "addr_gen_mode": "1", "accept_ra": "0", "autoconf": "0", "accept_dad": "0", "router_solicitations": "0", "accept_redirects": "0"} {
+			if k == "all" && key == "addr_gen_mode" {
+				continue // per link only
+			}
+			p := "/proc/sys/net/ipv6/conf/" + k + "/" + key
+			if err := os.WriteFile(p, []byte(v), 0o644); err != nil {
+				return fmt.Errorf("IPv6 setting %s: %w", p, err)
+			}
+		}
+	}
+	return nil
+}
+
 func ipNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
@@ -285,7 +389,7 @@ const FilterTable = "airlock"
 // writeFilter writes the gateway namespace's table (see the top of this
 // file) through the netlink socket of namespace fd (0: the calling
 // thread's).
-func writeFilter(fd int, l Link) error {
+func writeFilter(fd int, l Link, v6 *Link6) error {
 	var opts []nftables.ConnOption
 	if fd > 0 {
 		opts = append(opts, nftables.WithNetNSFd(fd))
@@ -318,6 +422,26 @@ func writeFilter(fd int, l Link) error {
 	dns := func(proto byte) []expr.Any { return port(proto, 53) }
 
 	// guard: anti-spoofing and protocols.
+	nd := []uint8{135, 136} // ICMPv6 neighbour solicitation and advertisement
+	if v6 != nil {
+		ip6 := []expr.Any{&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV6}}}
+		from6 := cat(fromGuest, ip6)
+		rule(guard, cat(from6, []expr.Any{
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 8, Len: 16},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: v6.Guest.Addr().AsSlice()},
+			verdict(expr.VerdictDrop),
+		})...)
+		for _, typ := range nd {
+			rule(guard, cat(from6, icmp6Type(typ), []expr.Any{verdict(expr.VerdictAccept)})...)
+		}
+		rule(guard, cat(from6, l4proto(unix.IPPROTO_TCP), []expr.Any{verdict(expr.VerdictAccept)})...)
+		rule(guard, cat(from6, dns(unix.IPPROTO_UDP), []expr.Any{verdict(expr.VerdictAccept)})...)
+		rule(guard, cat(from6, []expr.Any{verdict(expr.VerdictDrop)})...) // other UDP (the relay is IPv4 only), other ICMPv6, the rest
+		for _, typ := range nd {
+			rule(input, cat(from6, icmp6Type(typ), []expr.Any{verdict(expr.VerdictAccept)})...)
+			rule(output, cat([]expr.Any{&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(GatewayIf)}}, ip6, icmp6Type(typ), []expr.Any{verdict(expr.VerdictAccept)})...)
+		}
+	}
 	rule(guard, cat(fromGuest, notIPv4(), []expr.Any{verdict(expr.VerdictDrop)})...)
 	rule(guard, cat(fromGuest, []expr.Any{
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
@@ -382,6 +506,12 @@ func notIPv4() []expr.Any {
 	return []expr.Any{&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1}, &expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}}}
 }
 
+// icmp6Type matches ICMPv6 messages of type typ.
+func icmp6Type(typ uint8) []expr.Any {
+	return append(l4proto(unix.IPPROTO_ICMPV6), &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{typ}})
+}
+
 func l4proto(p byte) []expr.Any {
 	return []expr.Any{&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{p}}}
 }
@@ -393,12 +523,16 @@ type Listeners struct {
 	DNS    net.PacketConn // UDP, DNSPort
 	DNSTCP net.Listener   // TCP, DNSPort
 	UDP    *UDPRelay      // UDP other than DNS, UDPPort (tproxy)
+	// The same on Link6.Gateway (nil without IPv6 on the link).
+	Proxy6  net.Listener
+	DNS6    net.PacketConn
+	DNSTCP6 net.Listener
 }
 
 // Close closes every listener.
 func (ls Listeners) Close() error {
 	var errs []error
-	for _, c := range []interface{ Close() error }{ls.Proxy, ls.DNS, ls.DNSTCP, ls.UDP} {
+	for _, c := range []interface{ Close() error }{ls.Proxy, ls.DNS, ls.DNSTCP, ls.UDP, ls.Proxy6, ls.DNS6, ls.DNSTCP6} {
 		if c != nil && !isNil(c) {
 			errs = append(errs, c.Close())
 		}
@@ -439,8 +573,11 @@ func Do(path string, fn func() error) error {
 }
 
 // OpenGateway opens the gateway's listeners in sandbox id's gateway
-// namespace (made by Setup with Config.Egress). The worker calls it after
-// Setup, and again for each adopted sandbox after a restart.
+// namespace (made by Setup with Config.Egress), and the IPv6 ones when its
+// gw0 has DefaultLink6's gateway address (Setup with Config.IPv6: the
+// namespace itself says, so a restarted worker adopting the sandbox opens
+// what it was made with). The worker calls it after Setup, and again for
+// each adopted sandbox after a restart.
 func OpenGateway(id string, cfg Config) (Listeners, error) {
 	if err := validID(id); err != nil {
 		return Listeners{}, err
@@ -459,6 +596,17 @@ func OpenGateway(id string, cfg Config) (Listeners, error) {
 		if err == nil {
 			ls.UDP, err = openUDPRelay(GatewayPath(id), cfg.link().Gateway)
 		}
+		if err != nil || !hasAddr(GatewayIf, DefaultLink6.Gateway) {
+			return err
+		}
+		addr6 := DefaultLink6.Gateway.String()
+		ls.Proxy6, err = net.Listen("tcp6", net.JoinHostPort(addr6, strconv.Itoa(ProxyPort)))
+		if err == nil {
+			ls.DNS6, err = net.ListenPacket("udp6", net.JoinHostPort(addr6, strconv.Itoa(DNSPort)))
+		}
+		if err == nil {
+			ls.DNSTCP6, err = net.Listen("tcp6", net.JoinHostPort(addr6, strconv.Itoa(DNSPort)))
+		}
 		return err
 	})
 	if err != nil {
@@ -472,14 +620,23 @@ func OpenGateway(id string, cfg Config) (Listeners, error) {
 // on its interface (runsc takes them away at each start and restore). A
 // network without addresses needs nothing.
 func PrepareAt(n runtime.Network) error {
-	if n.Namespace == "" || len(n.Interfaces) != 1 || len(n.Interfaces[0].Addresses) != 1 || !n.Gateway.IsValid() {
+	if n.Namespace == "" || len(n.Interfaces) != 1 || len(n.Interfaces[0].Addresses) == 0 || len(n.Interfaces[0].Addresses) > 2 || !n.Gateway.IsValid() {
 		return nil
 	}
 	if n.Interfaces[0].Name != GuestIf {
 		return nil // a VM's tap: the guest holds its addresses itself (vm.go)
 	}
 	l := Link{Guest: n.Interfaces[0].Addresses[0], Gateway: n.Gateway}
-	if err := Do(n.Namespace, func() error { return GuestAddress(l) }); err != nil {
+	var l6 *Link6
+	if as := n.Interfaces[0].Addresses; len(as) == 2 && as[1].Addr().Is6() && n.Gateway6.IsValid() {
+		l6 = &Link6{Guest: as[1], Gateway: n.Gateway6}
+	}
+	if err := Do(n.Namespace, func() error {
+		if err := GuestAddress(l); err != nil || l6 == nil {
+			return err
+		}
+		return GuestAddress6(*l6)
+	}); err != nil {
 		return fmt.Errorf("network: prepare guest link in %s: %w", n.Namespace, err)
 	}
 	return nil

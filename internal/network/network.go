@@ -84,7 +84,8 @@ func validID(id string) error {
 
 // Setup makes sandbox id's network for a runtime with powers caps and
 // returns it for runtime.Spec.Network. With cfg.Egress it is an egress
-// network (egress.go; for a runtime with a network device the VM's, vm.go);
+// network (egress.go; for a runtime with a network device the VM's, vm.go;
+// with cfg.IPv6 a runtime without one gets IPv6 on the link too);
 // without, for a runtime without a network device it makes nothing and
 // returns the zero Network. On error nothing is left behind.
 func Setup(ctx context.Context, id string, caps runtime.Caps, cfg Config) (runtime.Network, error) {
@@ -103,9 +104,13 @@ func Setup(ctx context.Context, id string, caps runtime.Caps, cfg Config) (runti
 		return runtime.Network{}, fmt.Errorf("network setup %s: %w", id, err)
 	}
 	if cfg.Egress {
-		setup := setupEgress
+		var v6 *Link6
+		if _, err := os.Stat("/proc/sys/net/ipv6"); err == nil && cfg.IPv6 {
+			v6 = &DefaultLink6 // (a kernel without IPv6: the link stays IPv4)
+		}
+		setup := func(id string, l Link) (runtime.Network, error) { return setupEgress(id, l, v6) }
 		if caps.Network {
-			setup = setupVMEgress
+			setup = setupVMEgress // IPv4 only
 		}
 		n, err := setup(id, cfg.link())
 		if err != nil {

@@ -122,7 +122,7 @@ func makeVMEgress(id string, l Link, vm *vmLink) error {
 	if err != nil {
 		return fmt.Errorf("add tap %s: %w", TapName, err)
 	}
-	if err := makeGateway(id, l, guest, vm); err != nil { // the thread is now in the gateway namespace
+	if err := makeGateway(id, l, guest, vm, nil); err != nil { // the thread is now in the gateway namespace
 		return err
 	}
 	if err := netns.Set(guest); err != nil {

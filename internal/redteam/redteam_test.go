@@ -575,10 +575,10 @@ func sandboxCases(t *testing.T, s *suite, in *egresstest.Internet, env upEnv, a,
 				r := a.probe(t, "dns", "100.64.0.1", www, "16")
 				return r.Rcode == nil || *r.Rcode != 5, r.Detail
 			}, denied: deniedRE(`kind=dns name=` + regexp.QuoteMeta(www))},
-		{name: "ipv6", what: "AAAA of six.test.airlock, then connect to [2001:db8::2]:80",
+		{name: "ipv6", what: "AAAA of six.test.airlock, then connect to the test internet's IPv6 server [" + in.Addr6(2).String() + "]:80",
 			run: func(t *testing.T) (bool, string) {
 				d := a.probe(t, "dns", "100.64.0.1", egresstest.Name(egresstest.Six), "28")
-				r := a.probe(t, "ipv6", "2001:db8::2", "80")
+				r := a.probe(t, "ipv6", in.Addr6(2).String(), "80")
 				return r.OK, "AAAA: " + d.Detail + "; " + r.Detail
 			}},
 		{name: "ipv4-mapped-ipv6", what: "connect to [::ffff:10.0.0.1]:80",

@@ -133,6 +133,9 @@ type Network struct {
 	// (an egress network, internal/network; zero: none).
 	Gateway     netip.Addr   `json:"gateway,omitzero"`
 	Nameservers []netip.Addr `json:"nameservers,omitempty"`
+	// Gateway6 is the guest's IPv6 default route, when an IPv6 address is
+	// among its interface's Addresses (zero: no IPv6).
+	Gateway6 netip.Addr `json:"gateway6,omitzero"`
 	// CACert is a CA certificate (PEM) the guest trusts besides its own
 	// roots: its org's Airlock CA, which the egress gateway intercepts
 	// TLS with. The driver puts its roots plus CACert at GuestCABundle.

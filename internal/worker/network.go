@@ -44,7 +44,13 @@ func (w *Worker) withNetwork(ctx context.Context, spec runtime.Spec, policy *mod
 		}
 		spec.Runtime = name
 	}
-	n, err := network.Setup(ctx, spec.ID, w.caps(ctx, spec.Runtime), w.cfg.Network)
+	cfg := w.cfg.Network
+	if g, ok := w.cfg.Gateway.(ipv6Gateway); ok && cfg.Egress {
+		// IPv6 on the link only when the policy at setup can use it: a
+		// policy that later adds an IPv6 CIDR applies from the next start.
+		cfg.IPv6 = g.AllowsIPv6(spec.ID, policy)
+	}
+	n, err := network.Setup(ctx, spec.ID, w.caps(ctx, spec.Runtime), cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -64,6 +70,13 @@ func (w *Worker) withNetwork(ctx context.Context, spec runtime.Spec, policy *mod
 		err = errors.Join(err, network.Release(context.WithoutCancel(ctx), spec.ID))
 	}
 	return h, err
+}
+
+// ipv6Gateway is a Gateway that tells whether a sandbox's policy allows
+// IPv6 destinations (an allow rule with an IPv6 CIDR): its network then
+// gets IPv6 too (network.Config.IPv6).
+type ipv6Gateway interface {
+	AllowsIPv6(id string, policy *model.SandboxNetwork) bool
 }
 
 // attachGateway opens sandbox id's gateway listeners, if it has an egress

@@ -114,3 +114,48 @@ func TestInternet(t *testing.T) {
 		t.Errorf("veth %s left behind", in.HostIf)
 	}
 }
+
+// TestInternetIPv6: from the host, six.test.airlock's AAAA is the
+// internet's Addr6(2), and its HTTP and HTTPS servers answer on it.
+func TestInternetIPv6(t *testing.T) {
+	in := egresstest.Start(t, egresstest.Config{})
+	if !in.Prefix6.IsValid() {
+		t.Skipf("no IPv6 on the test internet's link: %s", in.IPv6Reason)
+	}
+	m := new(dns.Msg).SetQuestion(egresstest.Name(egresstest.Six)+".", dns.TypeAAAA)
+	r, _, err := new(dns.Client).Exchange(m, in.DNS.String())
+	if err != nil || len(r.Answer) != 1 || r.Answer[0].(*dns.AAAA).AAAA.String() != in.Addr6(2).String() {
+		t.Fatalf("AAAA %s: %v %v, want %s", egresstest.Six, r, err, in.Addr6(2))
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(in.CAPEM)
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	host := "[" + in.Addr6(2).String() + "]"
+	for _, u := range []string{"http://" + host + "/six", "https://" + host + "/six"} {
+		resp, err := hc.Get(u)
+		if err != nil {
+			t.Fatalf("GET %s: %v", u, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.HasPrefix(string(b), "airlock-inet ") {
+			t.Errorf("GET %s: %d %q", u, resp.StatusCode, b)
+		}
+	}
+	reqs := in.Requests()
+	if len(reqs) != 2 || reqs[0].Local.Addr() != in.Addr6(2) || !reqs[1].TLS {
+		t.Errorf("requests %+v", reqs)
+	}
+	echo := netip.AddrPortFrom(in.Addr6(2), egresstest.EchoPort)
+	u, err := net.Dial("udp6", echo.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	u.SetDeadline(time.Now().Add(5 * time.Second)) // a safety net
+	u.Write([]byte("ping"))
+	buf := make([]byte, 64)
+	if n, err := u.Read(buf); err != nil || string(buf[:n]) != "echo:ping" || in.UDPSeen()[echo] != 1 {
+		t.Errorf("UDP echo on %s: %q %v, seen %d", echo, buf[:n], err, in.UDPSeen()[echo])
+	}
+}

@@ -5,12 +5,16 @@
 // package does not import testing): a network namespace airlock-inet-<random> joined to the host by one veth,
 // on a /24 of the benchmark range 198.18.0.0/15 (RFC 2544, reserved for
 // tests: the host side is .1, the namespace side .2 with .3–.9 as extra
-// addresses on the same link for distinct services), holding
+// addresses on the same link for distinct services) and, when the host
+// has IPv6, on a /64 of the documentation range 2001:db8::/32 (Prefix6:
+// 2001:db8:<n>::/64 for the n-th /24, so the first internet's is
+// 2001:db8::/64; the host side ::1, the namespace ::2 to ::9, Addr6),
+// holding
 //
-//   - an HTTP server (port 80 on every address) that answers who it is,
+//   - an HTTP server (port 80 on every address, IPv4 and IPv6) that answers who it is,
 //     and serves a git "dumb HTTP" repository under /git/ when git is
 //     installed;
-//   - an HTTPS server (port 443 on every address) with a certificate for
+//   - an HTTPS server (port 443 on every address, IPv4 and IPv6) with a certificate for
 //     *.test.airlock and every address, signed by a CA generated for the
 //     run (CAFile), HTTP/2 and HTTP/1.1 — but on Addr(8) (BadTLS) a
 //     self-signed certificate nobody trusts;
@@ -19,7 +23,7 @@
 //     gateway as its upstream (--egress-resolver);
 //   - UDP sinks on ports 53 of .3, 443 and 9999 of every address, which
 //     count what arrives (nothing should), and a UDP echo on port 7
-//     (EchoPort) of every address, for UDP rules.
+//     (EchoPort) of every address (IPv6 ones too), for UDP rules.
 //
 // Every server records what reached it (Requests, UDPSeen), so a test can
 // check that a denied attempt never arrived. Nothing is routed beyond the
@@ -82,7 +86,7 @@ const (
 	Loop    = "loop"    // 127.0.0.1: rebinding to loopback
 	Meta    = "meta"    // 169.254.169.254: rebinding to the metadata address
 	HostN   = "host"    // the host's side of the veth (.1): rebinding to the host
-	Six     = "six"     // AAAA 2001:db8::2 only
+	Six     = "six"     // AAAA Addr6(2) only (2001:db8::2 for the first internet, and without IPv6)
 	Missing = "missing" // not in the zone: NXDOMAIN
 	BadTLS  = "badtls"  // Addr(8): its HTTPS certificate is from a CA nobody trusts
 	UDPN    = "udp"     // Addr(5): a name for UDP rules (the echo on port EchoPort)
@@ -121,6 +125,12 @@ type Internet struct {
 	// GitHead is the commit of the repository's main branch.
 	GitHead string
 
+	// Prefix6 is the link's IPv6 /64 and HostAddr6 its ::1 on the host;
+	// both invalid when the host has no IPv6 (IPv6Reason says why).
+	Prefix6    netip.Prefix
+	HostAddr6  netip.Addr
+	IPv6Reason string
+
 	dir       string
 	cert      tls.Certificate
 	badCert   tls.Certificate // Addr(8)'s: self-signed, trusted by nobody
@@ -142,6 +152,17 @@ func (in *Internet) Addr(i int) netip.Addr {
 	b := in.Prefix.Addr().As4()
 	b[3] = byte(i)
 	return netip.AddrFrom4(b)
+}
+
+// Addr6 is the i-th IPv6 address of the link (1 is the host's, 2–9 the
+// namespace's); 2001:db8::i without IPv6 on the link.
+func (in *Internet) Addr6(i int) netip.Addr {
+	b := netip.MustParseAddr("2001:db8::").As16()
+	if in.Prefix6.IsValid() {
+		b = in.Prefix6.Addr().As16()
+	}
+	b[15] = byte(i)
+	return netip.AddrFrom16(b)
 }
 
 // Name is name (relative to Zone) as a fully qualified name without the
@@ -175,6 +196,7 @@ func New(cfg Config) (in *Internet, err error) {
 		in.Prefix = p
 		in.HostAddr = in.Addr(1)
 		in.DNS = netip.AddrPortFrom(in.Addr(2), 53)
+		in.prefix6()
 		err = in.makeLink()
 	}
 	unlock()
@@ -207,7 +229,7 @@ func defaultRecords(in *Internet) map[string][]netip.Addr {
 		absName(Loop):   {netip.MustParseAddr("127.0.0.1")},
 		absName(Meta):   {netip.MustParseAddr("169.254.169.254")},
 		absName(HostN):  {in.HostAddr},
-		absName(Six):    {netip.MustParseAddr("2001:db8::2")},
+		absName(Six):    {in.Addr6(2)},
 	}
 }
 
@@ -293,6 +315,40 @@ func freePrefix() (netip.Prefix, error) {
 	return netip.Prefix{}, errors.New("no free /24 in 198.18.0.0/15")
 }
 
+// prefix6 sets Prefix6 to the /64 of 2001:db8::/32 that goes with Prefix
+// (2001:db8:<n>::/64 for the n-th /24 of 198.18.0.0/15), unless the host
+// has no IPv6 or an address or route of the host touches it.
+func (in *Internet) prefix6() {
+	if b, err := os.ReadFile("/proc/sys/net/ipv6/conf/default/disable_ipv6"); err != nil || strings.TrimSpace(string(b)) != "0" {
+		in.IPv6Reason = "IPv6 is disabled on this host"
+		return
+	}
+	v4 := in.Prefix.Addr().As4()
+	n := (int(v4[1])-18)*256 + int(v4[2])
+	b := netip.MustParseAddr("2001:db8::").As16()
+	b[4], b[5] = byte(n>>8), byte(n)
+	p := netip.PrefixFrom(netip.AddrFrom16(b), 64)
+	routes, err := netlink.RouteList(nil, netlink.FAMILY_V6)
+	if err != nil {
+		in.IPv6Reason = "list IPv6 routes: " + err.Error()
+		return
+	}
+	for _, r := range routes {
+		if r.Dst == nil {
+			continue
+		}
+		if ip, ok := netip.AddrFromSlice(r.Dst.IP); ok {
+			ones, _ := r.Dst.Mask.Size()
+			if q := netip.PrefixFrom(ip, ones); q.Bits() > 0 && q.Overlaps(p) {
+				in.IPv6Reason = fmt.Sprintf("the host routes %s already", q)
+				return
+			}
+		}
+	}
+	in.Prefix6 = p
+	in.HostAddr6 = in.Addr6(1)
+}
+
 func lockFile(path string) (func(), error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
@@ -341,6 +397,9 @@ func (in *Internet) makeLink() error {
 		if err == nil {
 			err = netlink.AddrAdd(host, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(in.HostAddr, 24))})
 		}
+		if err == nil && in.Prefix6.IsValid() {
+			err = netlink.AddrAdd(host, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(in.HostAddr6, 64)), Flags: syscall.IFA_F_NODAD})
+		}
 		if err == nil {
 			err = netlink.LinkSetUp(host)
 		}
@@ -372,6 +431,17 @@ func (in *Internet) makeLink() error {
 			}
 			if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(in.Addr(i), bits))}); err != nil {
 				done <- fmt.Errorf("address %s: %w", in.Addr(i), err)
+				return
+			}
+			if !in.Prefix6.IsValid() {
+				continue
+			}
+			bits = 64
+			if i > 2 {
+				bits = 128
+			}
+			if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(in.Addr6(i), bits)), Flags: syscall.IFA_F_NODAD}); err != nil {
+				done <- fmt.Errorf("address %s: %w", in.Addr6(i), err)
 				return
 			}
 		}
@@ -417,6 +487,9 @@ func (in *Internet) makePKI() error {
 	}
 	for i := 2; i <= 9; i++ {
 		leaf.IPAddresses = append(leaf.IPAddresses, net.IP(in.Addr(i).AsSlice()))
+		if in.Prefix6.IsValid() {
+			leaf.IPAddresses = append(leaf.IPAddresses, net.IP(in.Addr6(i).AsSlice()))
+		}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
 	if err != nil {
@@ -538,6 +611,7 @@ func unmap(ip net.IP) netip.Addr {
 func (in *Internet) serve() error {
 	type socks struct {
 		http, https, dnsTCP net.Listener
+		http6, https6       net.Listener // nil without IPv6
 		dnsUDP              net.PacketConn
 		sinks               []net.PacketConn
 	}
@@ -550,6 +624,14 @@ func (in *Internet) serve() error {
 		if s.https, err = net.Listen("tcp4", "0.0.0.0:443"); err != nil {
 			return err
 		}
+		if in.Prefix6.IsValid() {
+			if s.http6, err = net.Listen("tcp6", "[::]:80"); err != nil {
+				return err
+			}
+			if s.https6, err = net.Listen("tcp6", "[::]:443"); err != nil {
+				return err
+			}
+		}
 		if s.dnsUDP, err = net.ListenPacket("udp4", in.DNS.String()); err != nil {
 			return err
 		}
@@ -560,8 +642,17 @@ func (in *Internet) serve() error {
 		for i := 2; i <= 9; i++ { // one echo per address, so that each answers from its own
 			sinks = append(sinks, netip.AddrPortFrom(in.Addr(i), EchoPort).String())
 		}
+		if in.Prefix6.IsValid() {
+			for i := 2; i <= 9; i++ {
+				sinks = append(sinks, netip.AddrPortFrom(in.Addr6(i), EchoPort).String())
+			}
+		}
 		for _, a := range sinks {
-			pc, err := net.ListenPacket("udp4", a)
+			family := "udp4"
+			if strings.HasPrefix(a, "[") {
+				family = "udp6"
+			}
+			pc, err := net.ListenPacket(family, a)
 			if err != nil {
 				return err
 			}
@@ -569,7 +660,7 @@ func (in *Internet) serve() error {
 		}
 		return nil
 	})
-	for _, c := range []interface{ Close() error }{s.http, s.https, s.dnsTCP, s.dnsUDP} {
+	for _, c := range []interface{ Close() error }{s.http, s.https, s.http6, s.https6, s.dnsTCP, s.dnsUDP} {
 		if c != nil && !isNilCloser(c) {
 			in.closers = append(in.closers, c.Close)
 		}
@@ -591,6 +682,10 @@ func (in *Internet) serve() error {
 	in.servers = append(in.servers, plain, secure)
 	go plain.Serve(s.http)
 	go secure.ServeTLS(s.https, "", "")
+	if s.http6 != nil {
+		go plain.Serve(s.http6)
+		go secure.ServeTLS(s.https6, "", "")
+	}
 	mux := dns.HandlerFunc(in.answer)
 	udp := &dns.Server{PacketConn: s.dnsUDP, Handler: mux}
 	tcp := &dns.Server{Listener: s.dnsTCP, Handler: mux}

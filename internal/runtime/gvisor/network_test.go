@@ -87,3 +87,80 @@ func TestEgressNetwork(t *testing.T) {
 		}
 	}
 }
+
+// TestEgressNetworkIPv6: with IPv6 on the egress link (Config.IPv6) the
+// guest's netstack takes eth0's IPv6 address and ::/0 route too: an IPv6
+// connection lands on the gateway's IPv6 proxy listener with its original
+// destination, and still does after a checkpoint that leaves the sandbox
+// running (the in-place restore puts the IPv6 address and route back).
+func TestEgressNetworkIPv6(t *testing.T) {
+	d, rootfs, _ := fixture(t)
+	ctx := context.Background()
+	id := runtimetest.NewID()
+	cfg := network.Config{Egress: true, IPv6: true}
+	t.Cleanup(func() { d.Delete(ctx, id); network.Release(ctx, id) })
+	n, err := network.Setup(ctx, id, gvisor.Info.Caps, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := network.OpenGateway(id, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ls.Close()
+	if ls.Proxy6 == nil {
+		t.Fatal("no IPv6 proxy listener")
+	}
+	go func() { // a stand-in proxy: answers with the original destination
+		for {
+			c, err := ls.Proxy6.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				dst, err := egress.OriginalDst(c)
+				req, rerr := http.ReadRequest(bufio.NewReader(c))
+				if rerr == nil {
+					req.Body.Close()
+				}
+				body := fmt.Sprintf("dst=%v from=%v err=%v", dst, c.RemoteAddr(), err)
+				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
+			}()
+		}
+	}()
+	sb, err := d.Start(ctx, runtime.Spec{ID: id, RootFS: rootfs, VCPUs: 1, MemoryMiB: 256, Network: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	c := agentclient.New(func(ctx context.Context) (net.Conn, error) { return sb.AgentConn(ctx) })
+	defer c.Close()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		t.Helper()
+		out, code := runtimetest.RunRoot(ctx, t, c, "p-"+when, "/bin/sh", "-c",
+			"cat /proc/net/if_inet6; curl -sS -6 -m 10 'http://[2001:db8:7::7]:8080/x'")
+		if code != 0 {
+			t.Fatalf("guest (%s): exit %d: %s", when, code, out)
+		}
+		for _, want := range []string{"fd000064000000000000000000000002", "dst=[2001:db8:7::7]:8080 from=[fd00:64::2]:"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("guest output (%s) lacks %q:\n%s", when, want, out)
+			}
+		}
+	}
+	check("start")
+	dir := t.TempDir()
+	if err := d.Checkpoint(ctx, id, dir, true); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	c = agentclient.New(func(ctx context.Context) (net.Conn, error) { return sb.AgentConn(ctx) })
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("restored")
+}
