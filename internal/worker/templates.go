@@ -160,9 +160,18 @@ func (w *Worker) removeTemplates(ctx context.Context, rs []workerapi.TemplateRem
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	asked := make(map[string]bool, len(rs))
 	for _, r := range rs {
-		if w.removingTemplates[r.Digest] {
-			continue
+		asked[r.Digest] = true
+	}
+	for d := range w.removedTemplates {
+		if !asked[d] {
+			delete(w.removedTemplates, d) // the server saw it gone
+		}
+	}
+	for _, r := range rs {
+		if w.removingTemplates[r.Digest] || w.removedTemplates[r.Digest] {
+			continue // in progress, or done and not yet seen (a report of an empty catalog is none)
 		}
 		if user := w.templateUserLocked(r.Digest); user != "" {
 			w.log.Debug("deleted template still in use here; kept for now", "template", r.Digest, "user", user)
@@ -178,6 +187,12 @@ func (w *Worker) removeTemplates(ctx context.Context, rs []workerapi.TemplateRem
 			err := w.removeTemplate(r)
 			w.mu.Lock()
 			delete(w.removingTemplates, r.Digest)
+			if err == nil {
+				if w.removedTemplates == nil {
+					w.removedTemplates = map[string]bool{}
+				}
+				w.removedTemplates[r.Digest] = true
+			}
 			w.mu.Unlock()
 			if err != nil {
 				w.log.Warn("remove deleted template", "template", r.Digest, "err", err)

@@ -221,6 +221,7 @@ type Worker struct {
 	// removingTemplates are the deleted templates being removed; once one
 	// is, templatesGone makes the next Sync report the catalog.
 	removingTemplates map[string]bool
+	removedTemplates  map[string]bool // removed, still asked: not again
 	templatesGone     atomic.Bool
 	tmplConfigs       templateConfigs // command defaults of templates (tmplconfig.go)
 	workerID          string
