@@ -77,6 +77,8 @@ var routes = []route{
 	{"GET", "/v1/operations/{id}", true, (*server).getOperation},
 	{"GET", "/v1/events", true, (*server).allEvents},
 	{"GET", "/v1/templates", true, (*server).listTemplates},
+	{"GET", "/v1/templates/{ref}", true, (*server).getTemplate},
+	{"DELETE", "/v1/templates/{ref}", true, (*server).deleteTemplate},
 	{"POST", "/v1/orgs", true, (*server).createOrg},
 	{"GET", "/v1/orgs", true, (*server).listOrgs},
 	{"GET", "/v1/orgs/{id}", true, (*server).getOrg},

@@ -185,6 +185,22 @@ func (s *server) listTemplates(w http.ResponseWriter, r *http.Request, p service
 	return writeJSON(w, http.StatusOK, apitypes.ListTemplatesResponse{Templates: ts})
 }
 
+func (s *server) getTemplate(w http.ResponseWriter, r *http.Request, p service.Principal) error {
+	t, err := s.svc.GetTemplate(r.Context(), p, r.PathValue("ref"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, apitypes.Template(t))
+}
+
+func (s *server) deleteTemplate(w http.ResponseWriter, r *http.Request, p service.Principal) error {
+	t, err := s.svc.DeleteTemplate(r.Context(), p, r.PathValue("ref"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusAccepted, apitypes.Template(t))
+}
+
 func (s *server) createOrg(w http.ResponseWriter, r *http.Request, p service.Principal) error {
 	var req apitypes.CreateOrgRequest
 	if err := decode(w, r, &req, false); err != nil {

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"text/tabwriter"
 	"time"
 
+	"github.com/airlock/airlock/internal/api/apitypes"
 	"github.com/airlock/airlock/internal/model"
 )
 
@@ -187,4 +189,109 @@ func waitTemplateListed(ctx context.Context, r *runner, t model.Template) error 
 		case <-tick.C:
 		}
 	}
+}
+
+var templateGetCmd = &command{
+	name:    "template get",
+	args:    "<name[:tag]|digest> [--json]",
+	summary: "show one template: digest, size, config and the workers that hold it",
+	setup: func(fs *flag.FlagSet) func(context.Context, *runner, []string) error {
+		asJSON := fs.Bool("json", false, "print the template as JSON")
+		return func(ctx context.Context, r *runner, args []string) error {
+			if len(args) != 1 {
+				return usagef("template get", "want exactly one template reference, got %d arguments", len(args))
+			}
+			c, err := r.client()
+			if err != nil {
+				return err
+			}
+			t, err := c.GetTemplate(ctx, args[0])
+			if err != nil {
+				return fmt.Errorf("get template %s: %w", args[0], err)
+			}
+			if *asJSON {
+				return printJSON(r.stdout, t)
+			}
+			printTemplate(r.stdout, t)
+			return nil
+		}
+	},
+}
+
+var templateRemoveCmd = &command{
+	name:    "template rm",
+	args:    "<name[:tag]|digest> [--json]",
+	summary: "delete a template; refused while sandboxes or warm pools use it (operator key)",
+	setup: func(fs *flag.FlagSet) func(context.Context, *runner, []string) error {
+		asJSON := fs.Bool("json", false, "print the deleted template as JSON")
+		return func(ctx context.Context, r *runner, args []string) error {
+			if len(args) != 1 {
+				return usagef("template rm", "want exactly one template reference, got %d arguments", len(args))
+			}
+			c, err := r.client()
+			if err != nil {
+				return err
+			}
+			t, err := c.DeleteTemplate(ctx, args[0])
+			if err != nil {
+				return fmt.Errorf("delete template %s: %w", args[0], err)
+			}
+			if *asJSON {
+				return printJSON(r.stdout, t)
+			}
+			name := t.Digest
+			if t.Name != "" {
+				name = t.Name + ":" + t.Tag + " " + t.Digest
+			}
+			fmt.Fprintf(r.stdout, "deleted %s\n", name)
+			if len(t.Workers) > 0 {
+				fmt.Fprintf(r.stderr, "note: removed from %s at their next sync\n", strings.Join(t.Workers, ", "))
+			}
+			return nil
+		}
+	},
+}
+
+func printTemplate(w io.Writer, t apitypes.Template) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
+	if t.Name != "" {
+		row("Name", t.Name+":"+t.Tag)
+	} else {
+		row("Name", "(none: no tag points at this content any more)")
+	}
+	row("Digest", t.Digest)
+	if t.SizeBytes > 0 {
+		row("Size", size(t.SizeBytes))
+	}
+	if !t.CreatedAt.IsZero() {
+		row("Created", stamp(t.CreatedAt))
+	}
+	if cfg := t.Config; cfg != nil {
+		if cfg.User != "" {
+			row("User", cfg.User)
+		}
+		if cfg.WorkingDir != "" {
+			row("Working dir", cfg.WorkingDir)
+		}
+		for i, kv := range cfg.Env {
+			k := ""
+			if i == 0 {
+				k = "Env"
+			}
+			fmt.Fprintf(tw, "%s\t%s\n", k+":", kv)
+		}
+		if len(cfg.Entrypoint) > 0 {
+			row("Entrypoint", strings.Join(cfg.Entrypoint, " "))
+		}
+		if len(cfg.Cmd) > 0 {
+			row("Cmd", strings.Join(cfg.Cmd, " "))
+		}
+	}
+	workers := strings.Join(t.Workers, ", ")
+	if workers == "" {
+		workers = "none"
+	}
+	row("Workers", workers)
+	tw.Flush()
 }

@@ -416,6 +416,23 @@ func (c *Client) ListTemplates(ctx context.Context) ([]model.Template, error) {
 	return out.Templates, err
 }
 
+// GetTemplate returns one template (ref: name, name:tag or sha256:<hex>)
+// with the workers that hold it.
+func (c *Client) GetTemplate(ctx context.Context, ref string) (apitypes.Template, error) {
+	var out apitypes.Template
+	err := c.do(ctx, http.MethodGet, "/v1/templates/"+url.PathEscape(ref), nil, nil, &out)
+	return out, err
+}
+
+// DeleteTemplate deletes a template (operators only) and returns it with
+// the workers that remove it at their next sync; model.ErrConflict, naming
+// them, while sandboxes or warm pools use it.
+func (c *Client) DeleteTemplate(ctx context.Context, ref string) (apitypes.Template, error) {
+	var out apitypes.Template
+	err := c.do(ctx, http.MethodDelete, "/v1/templates/"+url.PathEscape(ref), nil, nil, &out)
+	return out, err
+}
+
 // CreateOrg creates an org (needs an admin key of the default org).
 func (c *Client) CreateOrg(ctx context.Context, name string) (model.Org, error) {
 	var org model.Org

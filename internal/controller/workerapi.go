@@ -177,13 +177,30 @@ func validTemplates(ts []model.Template) error {
 	return nil
 }
 
+// putTemplates records what a worker reports, but for templates deleted
+// (template_deletions) after the reported copy was made: those the worker
+// removes (SyncResponse.RemoveTemplates). A copy made after the deletion
+// is a new import, which clears it.
 func (c *Controller) putTemplates(ctx context.Context, ts []model.Template, now time.Time) error {
+	deleted, err := c.st.ListTemplateDeletions(ctx)
+	if err != nil {
+		return err
+	}
 	for _, t := range ts {
 		if t.Tag == "" {
 			t.Tag = "latest"
 		}
 		if t.CreatedAt.IsZero() {
 			t.CreatedAt = now
+		}
+		if at, ok := deleted[t.Digest]; ok {
+			if !t.CreatedAt.After(at) {
+				continue
+			}
+			if err := c.st.ClearTemplateDeletion(ctx, t.Digest); err != nil {
+				return err
+			}
+			delete(deleted, t.Digest)
 		}
 		if err := c.st.PutTemplate(ctx, t); err != nil {
 			return fmt.Errorf("put template %s:%s: %w", t.Name, t.Tag, err)
@@ -602,8 +619,33 @@ func (c *Controller) assignments(ctx context.Context, id string) (workerapi.Sync
 			fmt.Fprintf(h, "%x\x00%x\x00", sha256.Sum256([]byte(a.Egress.CAKey)), secretsDigest(a.Egress.Secrets))
 		}
 	}
+	if resp.RemoveTemplates, err = c.templateRemovals(ctx, id); err != nil {
+		return workerapi.SyncResponse{}, err
+	}
+	for _, r := range resp.RemoveTemplates {
+		fmt.Fprintf(h, "rm\x00%s\x00%d\x00", r.Digest, r.DeletedAt.UnixNano())
+	}
 	resp.Version = int64(h.Sum64() & math.MaxInt64)
 	return resp, nil
+}
+
+// templateRemovals are the deleted templates worker id last reported.
+func (c *Controller) templateRemovals(ctx context.Context, id string) ([]workerapi.TemplateRemoval, error) {
+	deleted, err := c.st.ListTemplateDeletions(ctx)
+	if err != nil || len(deleted) == 0 {
+		return nil, err
+	}
+	wk, err := c.st.GetWorker(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("controller: template removals of %s: %w", id, err)
+	}
+	var out []workerapi.TemplateRemoval
+	for _, d := range wk.Templates { // sorted
+		if at, ok := deleted[d]; ok {
+			out = append(out, workerapi.TemplateRemoval{Digest: d, DeletedAt: at})
+		}
+	}
+	return out, nil
 }
 
 // secretsDigest is a digest of secret values, for the assignments' version.

@@ -575,8 +575,11 @@ func newWorker(ctx context.Context, o workerOptions) (*worker.Worker, error) {
 		Network: netCfg, Gateway: gw, NetLog: netLog,
 		ID: id, ServerURL: o.serverURL, WorkerToken: o.token, SecretFile: filepath.Join(o.dataDir, "worker.secret"), HTTPClient: o.httpClient,
 		DataPlaneListener: ln, DataPlaneURL: adv, Driver: drivers, Snapshots: snaps, TemplateImages: o.templateImages,
-		Templates:     func() ([]model.Template, error) { return image.ListTemplates(o.dataDir) },
-		RootFS:        func(digest string) string { return image.TemplateRootFS(o.dataDir, digest) },
+		Templates: func() ([]model.Template, error) { return image.ListTemplates(o.dataDir) },
+		RootFS:    func(digest string) string { return image.TemplateRootFS(o.dataDir, digest) },
+		RemoveTemplate: func(digest string, notAfter time.Time) (bool, error) {
+			return image.RemoveTemplate(o.dataDir, digest, notAfter)
+		},
 		CapacityMiB:   mem,
 		CapacityVCPUs: cpus,
 		Logger:        o.log.With("component", "worker"),

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -169,5 +170,87 @@ func checkImportedSandbox(t *testing.T, c *client.Client, rt, digest string) {
 	// A hard link is one file in the sandbox too.
 	if len(inos) < 2 || inos[0] != inos[1] {
 		t.Errorf("/srv/hello and /srv/hl: inodes %v, want one", inos)
+	}
+}
+
+// A template deleted through the API leaves the worker: an imported
+// template a gVisor sandbox uses cannot be deleted (409 naming the
+// sandbox); once the sandbox is deleted it can, and the worker's data
+// directory no longer holds it, nor does `template ls` list it.
+func TestDeleteImportedTemplate(t *testing.T) {
+	s := need(t)
+	c := s.client()
+	F, D := ocitest.File, ocitest.Dir
+	img := ocitest.Image(t, v1.Config{Env: []string{"PATH=/usr/local/bin"}}, []ocitest.Entry{
+		D("etc", 0o755), F("etc/hostname", "oci-del\n", 0o644), F("etc/passwd", "root:x:0:0:root:/:/usr/local/bin/airlock-agent\n", 0o644),
+	})
+	lay := filepath.Join(t.TempDir(), "layout")
+	ocitest.WriteLayout(t, img, lay)
+	cli := airlockCLI(t, s, append(os.Environ(), "AIRLOCK_URL="+s.url(), "AIRLOCK_API_KEY="+s.adminKey))
+	out, code := cli("", "template", "import", lay, "--name", "oci-del:v1", "--data-dir", s.workerDir)
+	f := strings.Fields(out)
+	if code != 0 || len(f) != 2 || f[0] != "oci-del:v1" {
+		t.Fatalf("template import exited %d: %q", code, out)
+	}
+	digest := f[1]
+	hexPart := strings.TrimPrefix(digest, "sha256:")
+	tdir := filepath.Join(s.workerDir, "templates", hexPart)
+	t.Cleanup(func() { os.RemoveAll(tdir) }) // when the test failed before the worker removed it
+	if _, err := os.Stat(tdir); err != nil {
+		t.Fatalf("the import left no catalog entry: %v", err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	sb, op, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Template: "oci-del:v1", Runtime: "gvisor"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitOperation(ctx, op.ID); err != nil {
+		t.Fatalf("sandbox from the imported template did not start: %v", err)
+	}
+	got, err := c.GetTemplate(ctx, "oci-del:v1")
+	if err != nil || got.Digest != digest || !slices.Equal(got.Workers, []string{"w-e2e"}) || got.Config == nil {
+		t.Fatalf("GET oci-del:v1 = %+v, %v", got, err)
+	}
+	if _, err := c.DeleteTemplate(ctx, "oci-del:v1"); !errors.Is(err, model.ErrConflict) || !strings.Contains(err.Error(), sb.ID) {
+		t.Fatalf("DELETE of a template in use: %v, want a conflict naming %s", err, sb.ID)
+	}
+	dop, err := c.DeleteSandbox(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitOperation(ctx, dop.ID); err != nil {
+		t.Fatal(err)
+	}
+	del, err := c.DeleteTemplate(ctx, "oci-del:v1")
+	if err != nil {
+		t.Fatalf("DELETE after the sandbox went: %v", err)
+	}
+	if del.Digest != digest || !slices.Equal(del.Workers, []string{"w-e2e"}) {
+		t.Errorf("DELETE answered %+v", del)
+	}
+	for {
+		_, err := os.Stat(tdir)
+		if errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the worker still holds %s: %v", tdir, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if m, _ := filepath.Glob(filepath.Join(s.workerDir, "templates", "*"+hexPart+"*")); len(m) != 0 {
+		t.Errorf("left in the catalog: %v", m)
+	}
+	if _, err := os.Stat(filepath.Join(s.workerDir, "images", hexPart+".ext4")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("its ext4 image: %v, want none", err)
+	}
+	if out, code := cli("", "template", "ls"); code != 0 || strings.Contains(out, "oci-del") || !strings.Contains(out, "base") {
+		t.Errorf("template ls after the delete (exit %d):\n%s", code, out)
+	}
+	if _, err := c.GetTemplate(ctx, digest); !errors.Is(err, model.ErrNotFound) {
+		t.Errorf("GET of the deleted digest: %v, want not found", err)
 	}
 }

@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/airlock/airlock/internal/model"
 )
@@ -88,4 +90,58 @@ func AddTemplate(dir, build string, t model.Template) error {
 		return fmt.Errorf("move template into place: %w", err)
 	}
 	return nil
+}
+
+// RemoveTemplate removes the template with the given digest from the
+// catalog under dir, and its ext4 image (images/<hex>.ext4), unless the
+// copy there was made (CreatedAt) after notAfter: then it is a newer
+// import of the same content, kept, and removed is false. An entry that is
+// not there is removed already (true). The entry is renamed away under the
+// catalog lock first (ListTemplates no longer sees it), then deleted.
+func RemoveTemplate(dir, digest string, notAfter time.Time) (removed bool, err error) {
+	hexPart, ok := strings.CutPrefix(digest, "sha256:")
+	if !ok || len(hexPart) != 64 || strings.Trim(hexPart, "0123456789abcdef") != "" {
+		return false, fmt.Errorf("remove template %q: not a sha256 digest: %w", digest, model.ErrInvalid)
+	}
+	unlock, err := Lock(dir)
+	if err != nil {
+		return false, fmt.Errorf("remove template %s: %w", digest, err)
+	}
+	defer unlock()
+	tdir := templateDir(dir, digest)
+	if t, err := readTemplate(tdir); err == nil && t.CreatedAt.After(notAfter) {
+		return false, nil
+	}
+	img := filepath.Join(dir, "images", hexPart+".ext4")
+	for _, p := range []string{img + ".done", img, img + ".tmp"} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return false, fmt.Errorf("remove template %s: %w", digest, err)
+		}
+	}
+	gone := filepath.Join(dir, "templates", ".removing-"+hexPart)
+	removeAll(gone) // left by a removal that stopped half-way
+	if err := os.Rename(tdir, gone); errors.Is(err, os.ErrNotExist) {
+		return true, nil
+	} else if err != nil {
+		return false, fmt.Errorf("remove template %s: %w", digest, err)
+	}
+	if err := removeAll(gone); err != nil {
+		return true, fmt.Errorf("remove template %s: %w", digest, err)
+	}
+	return true, nil
+}
+
+// removeAll removes tree; without root, read-only directories of an
+// image (0555) are made writable first.
+func removeAll(tree string) error {
+	if os.RemoveAll(tree) == nil {
+		return nil
+	}
+	filepath.WalkDir(tree, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	return os.RemoveAll(tree)
 }

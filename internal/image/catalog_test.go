@@ -66,3 +66,75 @@ func TestCatalog(t *testing.T) {
 		t.Errorf("ListTemplates = %+v, want older then newer", list)
 	}
 }
+
+// TestRemoveTemplate: the entry, its ext4 image and a half-removed leftover
+// go; another template stays; a copy made after the deletion is kept; a
+// malformed digest is refused before any path is built from it.
+func TestRemoveTemplate(t *testing.T) {
+	dir := t.TempDir()
+	add := func(fill byte, created time.Time) model.Template {
+		t.Helper()
+		build := filepath.Join(dir, "templates", ".build-"+string(fill))
+		if err := os.MkdirAll(filepath.Join(build, "rootfs", "ro"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(build, "rootfs", "ro", "f"), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(filepath.Join(build, "rootfs", "ro"), 0o555) // as images have them
+		hex := ""
+		for range 64 {
+			hex += string(fill)
+		}
+		tpl := model.Template{Name: "t" + string(fill), Tag: "latest", Digest: "sha256:" + hex, CreatedAt: created}
+		if err := AddTemplate(dir, build, tpl); err != nil {
+			t.Fatal(err)
+		}
+		img := filepath.Join(dir, "images", hex+".ext4")
+		os.MkdirAll(filepath.Dir(img), 0o755)
+		for _, p := range []string{img, img + ".done"} {
+			if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return tpl
+	}
+	deletedAt := time.Now()
+	gone := add('a', deletedAt.Add(-time.Minute))
+	keep := add('b', deletedAt.Add(-time.Minute))
+	newer := add('c', deletedAt.Add(time.Minute))
+	goneHex := gone.Digest[len("sha256:"):]
+	if err := os.MkdirAll(filepath.Join(dir, "templates", ".removing-"+goneHex, "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, bad := range []string{"", "sha256:../../etc", "sha256:" + goneHex[:63], "md5:" + goneHex, "sha256:" + goneHex[:63] + "A"} {
+		if _, err := RemoveTemplate(dir, bad, deletedAt); err == nil {
+			t.Errorf("RemoveTemplate(%q) = nil error", bad)
+		}
+	}
+	removed, err := RemoveTemplate(dir, gone.Digest, deletedAt)
+	if err != nil || !removed {
+		t.Fatalf("RemoveTemplate = %v, %v", removed, err)
+	}
+	for _, p := range []string{"templates/" + goneHex, "templates/.removing-" + goneHex, "images/" + goneHex + ".ext4", "images/" + goneHex + ".ext4.done"} {
+		if _, err := os.Lstat(filepath.Join(dir, p)); !os.IsNotExist(err) {
+			t.Errorf("%s: %v, want it gone", p, err)
+		}
+	}
+	if removed, err := RemoveTemplate(dir, gone.Digest, deletedAt); err != nil || !removed {
+		t.Errorf("RemoveTemplate of a removed template = %v, %v, want true, nil", removed, err)
+	}
+	if removed, err := RemoveTemplate(dir, newer.Digest, deletedAt); err != nil || removed {
+		t.Errorf("RemoveTemplate of a copy made after the deletion = %v, %v, want false, nil", removed, err)
+	}
+	ts, err := ListTemplates(dir)
+	if err != nil || len(ts) != 2 || ts[0].Digest != keep.Digest && ts[1].Digest != keep.Digest {
+		t.Fatalf("catalog after the removal = %+v %v, want %s and %s", ts, err, keep.Digest, newer.Digest)
+	}
+	for _, tpl := range []model.Template{keep, newer} {
+		if _, err := os.Stat(filepath.Join(dir, "images", tpl.Digest[len("sha256:"):]+".ext4")); err != nil {
+			t.Errorf("image of %s: %v", tpl.Name, err)
+		}
+	}
+}

@@ -102,13 +102,21 @@ type Workers interface {
 	DeleteWorkerCredential(ctx context.Context, workerID string) error
 }
 
-// Templates map name:tag to an image digest.
+// Templates map name:tag to an image digest (with the template's config),
+// and record the deletions operators asked for, by digest.
 type Templates interface {
 	// PutTemplate upserts name:tag → digest.
 	PutTemplate(ctx context.Context, t model.Template) error
 	GetTemplate(ctx context.Context, name, tag string) (model.Template, error)
 	GetTemplateByDigest(ctx context.Context, digest string) (model.Template, error)
 	ListTemplates(ctx context.Context) ([]model.Template, error)
+	// DeleteTemplate removes every name:tag pointing at digest and records
+	// the deletion at at (a later deletion of the digest moves the time).
+	DeleteTemplate(ctx context.Context, digest string, at time.Time) error
+	// ListTemplateDeletions returns the recorded deletions, by digest.
+	ListTemplateDeletions(ctx context.Context) (map[string]time.Time, error)
+	// ClearTemplateDeletion forgets the deletion of digest (none: no error).
+	ClearTemplateDeletion(ctx context.Context, digest string) error
 }
 
 // Sandboxes are the sandboxes' desired and observed state.

@@ -36,11 +36,7 @@ const TemplateImageTimeout = 5 * time.Minute
 
 // templateImageKey is the snapshot-store id of the image for s.
 func templateImageKey(s workerapi.SandboxSpec, rt string) string {
-	d := strings.TrimPrefix(s.TemplateDigest, "sha256:")
-	if len(d) > 24 {
-		d = d[:24]
-	}
-	key := fmt.Sprintf("%s%s-%s-%dx%d", templateSnapshotPrefix, d, rt, s.Resources.VCPUs, s.Resources.MemoryMiB)
+	key := fmt.Sprintf("%s%s-%s-%dx%d", templateSnapshotPrefix, templateKeyDigest(s.TemplateDigest), rt, s.Resources.VCPUs, s.Resources.MemoryMiB)
 	if d := s.Resources.DiskMiB; d != 0 && d != defaultDiskMiB {
 		// The image holds the guest's disk (QEMU) or its overlay's size
 		// limit (gVisor): sandboxes of another disk size need their own.
@@ -151,3 +147,115 @@ func (w *Worker) startFromImage(ctx context.Context, s workerapi.SandboxSpec, m 
 // builderID is a sandbox id for an image builder, as long as the server's
 // ids ("sb-" and 26 characters; runsc matches ids by prefix).
 func builderID() string { return model.NewID("tb") }
+
+// removeTemplates acts on the server's deletions (SyncResponse.
+// RemoveTemplates): each deleted template no local sandbox uses goes from
+// the catalog (Config.RemoveTemplate: its tree and its ext4 image) and
+// from the snapshot store (its template images), in the background; the
+// next Sync reports the catalog without it. One still in use stays, and
+// the server keeps asking.
+func (w *Worker) removeTemplates(ctx context.Context, rs []workerapi.TemplateRemoval) {
+	if len(rs) == 0 || w.cfg.RemoveTemplate == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	asked := make(map[string]bool, len(rs))
+	for _, r := range rs {
+		asked[r.Digest] = true
+	}
+	for d := range w.removedTemplates {
+		if !asked[d] {
+			delete(w.removedTemplates, d) // the server saw it gone
+		}
+	}
+	for _, r := range rs {
+		if w.removingTemplates[r.Digest] || w.removedTemplates[r.Digest] {
+			continue // in progress, or done and not yet seen (a report of an empty catalog is none)
+		}
+		if user := w.templateUserLocked(r.Digest); user != "" {
+			w.log.Debug("deleted template still in use here; kept for now", "template", r.Digest, "user", user)
+			continue
+		}
+		if w.removingTemplates == nil {
+			w.removingTemplates = map[string]bool{}
+		}
+		w.removingTemplates[r.Digest] = true
+		w.actions.Add(1)
+		go func() {
+			defer w.actions.Done()
+			err := w.removeTemplate(r)
+			w.mu.Lock()
+			delete(w.removingTemplates, r.Digest)
+			if err == nil {
+				if w.removedTemplates == nil {
+					w.removedTemplates = map[string]bool{}
+				}
+				w.removedTemplates[r.Digest] = true
+			}
+			w.mu.Unlock()
+			if err != nil {
+				w.log.Warn("remove deleted template", "template", r.Digest, "err", err)
+				return
+			}
+			w.templatesGone.Store(true)
+			w.kickSync()
+		}()
+	}
+}
+
+// templateUserLocked names what uses template digest here: a sandbox, or
+// a template image being built ("": nothing). w.mu is held.
+func (w *Worker) templateUserLocked(digest string) string {
+	for id, sb := range w.sandboxes {
+		if sb.spec.TemplateDigest == digest && sb.state != model.StateDeleted {
+			return "sandbox " + id
+		}
+	}
+	prefix := templateSnapshotPrefix + templateKeyDigest(digest) + "-"
+	for key := range w.imageBuilds {
+		if strings.HasPrefix(key, prefix) {
+			return "template image build " + key
+		}
+	}
+	return ""
+}
+
+// templateKeyDigest is the part of a digest template image keys carry.
+func templateKeyDigest(digest string) string {
+	d := strings.TrimPrefix(digest, "sha256:")
+	if len(d) > 24 {
+		d = d[:24]
+	}
+	return d
+}
+
+// removeTemplate removes one deleted template: its catalog entry, then
+// its template images.
+func (w *Worker) removeTemplate(r workerapi.TemplateRemoval) error {
+	removed, err := w.cfg.RemoveTemplate(r.Digest, r.DeletedAt)
+	if err != nil {
+		return err
+	}
+	if !removed {
+		w.log.Info("deleted template kept: the copy here was imported after the deletion", "template", r.Digest, "deleted_at", r.DeletedAt)
+		return nil
+	}
+	w.log.Info("deleted template removed", "template", r.Digest)
+	if w.cfg.Snapshots == nil {
+		return nil
+	}
+	ids, err := w.cfg.Snapshots.Sandboxes()
+	if err != nil {
+		return fmt.Errorf("list template images: %w", err)
+	}
+	prefix := templateSnapshotPrefix + templateKeyDigest(r.Digest) + "-"
+	for id := range ids {
+		if strings.HasPrefix(id, prefix) {
+			if err := w.cfg.Snapshots.DeleteSandbox(id); err != nil {
+				return fmt.Errorf("remove template image %s: %w", id, err)
+			}
+		}
+	}
+	return nil
+}

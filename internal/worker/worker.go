@@ -83,9 +83,13 @@ type Config struct {
 	// Templates lists the templates present on this worker.
 	Templates func() ([]model.Template, error)
 	// RootFS maps a template digest to its root filesystem directory ("" if absent).
-	RootFS        func(digest string) string
-	CapacityMiB   int
-	CapacityVCPUs int
+	RootFS func(digest string) string
+	// RemoveTemplate removes the template digest from the catalog (and its
+	// ext4 image) unless the copy there was made after notAfter, and says
+	// whether it did; nil: deleted templates stay (templates.go).
+	RemoveTemplate func(digest string, notAfter time.Time) (bool, error)
+	CapacityMiB    int
+	CapacityVCPUs  int
 	// TemplateImages names the runtimes whose creates restore a template
 	// image instead of booting (templates.go).
 	TemplateImages map[string]bool
@@ -214,8 +218,13 @@ type Worker struct {
 	orphanCheckAt time.Time
 	// imageBuilds are the template images being built (templates.go).
 	imageBuilds map[string]bool
-	tmplConfigs templateConfigs // command defaults of templates (tmplconfig.go)
-	workerID    string
+	// removingTemplates are the deleted templates being removed; once one
+	// is, templatesGone makes the next Sync report the catalog.
+	removingTemplates map[string]bool
+	removedTemplates  map[string]bool // removed, still asked: not again
+	templatesGone     atomic.Bool
+	tmplConfigs       templateConfigs // command defaults of templates (tmplconfig.go)
+	workerID          string
 
 	kick chan struct{} // observed state changed: sync now
 	// egress is the assignments' interception material by sandbox id
@@ -565,7 +574,7 @@ func (w *Worker) syncLoop(ctx context.Context) error {
 	for ctx.Err() == nil {
 		req, reported := w.observed()
 		req.NetDenied = w.net.Take(workerapi.MaxNetDenials)
-		if time.Since(lastTemplates) > 10*time.Second {
+		if time.Since(lastTemplates) > 10*time.Second || w.templatesGone.Swap(false) {
 			templates = w.templates()
 			lastTemplates = time.Now()
 			req.Templates = templates
@@ -584,6 +593,9 @@ func (w *Worker) syncLoop(ctx context.Context) error {
 		cancel()
 		if err != nil {
 			w.net.Requeue(req.NetDenied)
+			if req.Templates != nil {
+				lastTemplates = time.Time{} // the server may not have them: send them again
+			}
 		}
 		if w.log.Enabled(ctx, slog.LevelDebug) {
 			w.log.Debug("sync", "took", time.Since(t0), "observed", len(req.Observed), "err", err, "version", resp.Version)
@@ -613,6 +625,7 @@ func (w *Worker) syncLoop(ctx context.Context) error {
 		w.ackDeleted(reported)
 		version = resp.Version
 		w.reconcile(ctx, resp.Assignments)
+		w.removeTemplates(ctx, resp.RemoveTemplates)
 	}
 	return ctx.Err()
 }

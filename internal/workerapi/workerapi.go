@@ -261,6 +261,17 @@ type SyncResponse struct {
 	// SigningKeys: as in RegisterResponse, so a rotation reaches running
 	// workers.
 	SigningKeys []SigningKey `json:"signing_keys,omitempty"`
+	// RemoveTemplates are deleted templates the worker last reported
+	// holding: it removes each copy imported before DeletedAt (its
+	// catalog entry, its ext4 image, its template images) unless a local
+	// sandbox still uses it, and stops reporting it.
+	RemoveTemplates []TemplateRemoval `json:"remove_templates,omitempty"`
+}
+
+// TemplateRemoval is a template deletion as a worker acts on it.
+type TemplateRemoval struct {
+	Digest    string    `json:"digest"`
+	DeletedAt time.Time `json:"deleted_at"`
 }
 
 // WakeRequest asks the server to wake (or resume) a sandbox because a

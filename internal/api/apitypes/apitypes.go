@@ -189,6 +189,14 @@ type ListTemplatesResponse struct {
 	Templates []model.Template `json:"templates"`
 }
 
+// Template is the body of GET /v1/templates/{ref} and of the 202 answer
+// of DELETE /v1/templates/{ref}: the template and the workers that hold it
+// (after a DELETE: the workers that remove it at their next sync).
+type Template struct {
+	model.Template
+	Workers []string `json:"workers"`
+}
+
 // CreateOrgRequest is the body of POST /v1/orgs.
 type CreateOrgRequest struct {
 	Name string `json:"name"`

@@ -394,6 +394,46 @@ func testTemplates(t *testing.T, s store.Store) {
 	if !reflect.DeepEqual(refs, want) {
 		t.Errorf("list = %v, want %v", refs, want)
 	}
+
+	// The config travels with the row.
+	cfg := &model.TemplateConfig{Env: []string{"A=1"}, User: "app", WorkingDir: "/w", Cmd: []string{"sh"}}
+	must(t, "put with config", s.PutTemplate(ctx, model.Template{Name: "app", Tag: "1", Digest: "sha256:444", SizeBytes: 9, CreatedAt: at(3 * time.Second), Config: cfg}))
+	got, err = s.GetTemplate(ctx, "app", "1")
+	must(t, "get with config", err)
+	if got.Config == nil || !reflect.DeepEqual(*got.Config, *cfg) {
+		t.Errorf("config = %+v, want %+v", got.Config, cfg)
+	}
+	if got, _ := s.GetTemplate(ctx, "py", "3"); got.Config != nil {
+		t.Errorf("py:3 config = %+v, want none", got.Config)
+	}
+
+	// Deleting a digest removes every name pointing at it and records
+	// the deletion; a later deletion moves the time; clearing forgets it.
+	must(t, "delete sha256:111", s.DeleteTemplate(ctx, "sha256:111", at(4*time.Second)))
+	_, err = s.GetTemplateByDigest(ctx, "sha256:111")
+	wantErr(t, "deleted digest", err, model.ErrNotFound)
+	if _, err := s.GetTemplate(ctx, "base", "v1"); !errors.Is(err, model.ErrNotFound) {
+		t.Errorf("base:v1 after delete: %v", err)
+	}
+	if _, err := s.GetTemplate(ctx, "base", "latest"); err != nil {
+		t.Errorf("base:latest (another digest) after delete: %v", err)
+	}
+	must(t, "delete sha256:444", s.DeleteTemplate(ctx, "sha256:444", at(5*time.Second)))
+	must(t, "delete sha256:444 again", s.DeleteTemplate(ctx, "sha256:444", at(6*time.Second)))
+	dels, err := s.ListTemplateDeletions(ctx)
+	must(t, "list deletions", err)
+	if len(dels) != 2 {
+		t.Errorf("deletions = %v, want sha256:111 and sha256:444", dels)
+	}
+	sameTime(t, "deleted_at", dels["sha256:111"], at(4*time.Second))
+	sameTime(t, "deleted_at moved", dels["sha256:444"], at(6*time.Second))
+	must(t, "clear", s.ClearTemplateDeletion(ctx, "sha256:111"))
+	must(t, "clear absent", s.ClearTemplateDeletion(ctx, "sha256:999"))
+	dels, err = s.ListTemplateDeletions(ctx)
+	must(t, "list deletions after clear", err)
+	if _, ok := dels["sha256:111"]; ok || len(dels) != 1 {
+		t.Errorf("deletions after clear = %v, want only sha256:444", dels)
+	}
 }
 
 func testSandboxRoundTrip(t *testing.T, s store.Store) {
