@@ -38,6 +38,7 @@ import (
 
 type egressFlags struct {
 	on       *bool
+	cidr     *string
 	resolver *string
 	profile  *string
 	caBundle *string
@@ -48,6 +49,7 @@ func addEgressFlags(fs *flag.FlagSet) egressFlags {
 	return egressFlags{
 		fs:       fs,
 		on:       fs.Bool("egress", true, "give sandboxes a network whose traffic goes only through the worker's egress gateway, as their policies allow (false: loopback only)"),
+		cidr:     fs.String("sandbox-cidr", network.DefaultLink.Guest.Masked().String(), "the `PREFIX` of every sandbox's egress link: the gateway takes its first address, the guest its second (every sandbox has the same pair, in namespaces of its own); choose one that cannot collide with the host's networks, the same on every worker (snapshots keep the guest's address)"),
 		resolver: fs.String("egress-resolver", "", "upstream DNS resolver(s) of the egress gateway, comma-separated `ADDR:PORT` (default: the host's, from /etc/resolv.conf)"),
 		caBundle: fs.String("egress-ca-bundle", "", "PEM `FILE` of CAs the egress gateway trusts besides the system roots when it re-originates intercepted TLS (a corporate proxy's, a test internet's)"),
 		profile:  fs.String("egress-profile", netpolicy.ProfilePublic, "the profile of sandboxes without a policy of their own: public (any public address, nothing private), none, or an operator's profile; with `airlock up`, set explicitly, it becomes the default org's default profile"),
@@ -60,7 +62,11 @@ func (f egressFlags) gateway(log *slog.Logger, rec *egressRecorder) (network.Con
 	if !*f.on {
 		return network.Config{}, nil, nil
 	}
-	if err := network.ProbeEgress(context.Background()); err != nil {
+	link, err := linkOf(*f.cidr)
+	if err != nil {
+		return network.Config{}, nil, err
+	}
+	if err := network.ProbeEgress(context.Background(), network.Config{Egress: true, Link: link}); err != nil {
 		if f.explicit("egress") {
 			return network.Config{}, nil, fmt.Errorf("--egress: this machine cannot make egress networks: %w", err)
 		}
@@ -71,7 +77,8 @@ func (f egressFlags) gateway(log *slog.Logger, rec *egressRecorder) (network.Con
 	if !ok {
 		return network.Config{}, nil, fmt.Errorf("--egress-profile %q: want %s or %s", *f.profile, netpolicy.ProfilePublic, netpolicy.ProfileNone)
 	}
-	c, err := netpolicy.Compile(p, netpolicy.DefaultGuard(hostPrefixes()...))
+	guard := netpolicy.DefaultGuard(append(hostPrefixes(), link.Guest.Masked())...)
+	c, err := netpolicy.Compile(p, guard)
 	if err != nil {
 		return network.Config{}, nil, err
 	}
@@ -95,8 +102,24 @@ func (f egressFlags) gateway(log *slog.Logger, rec *egressRecorder) (network.Con
 	if err != nil {
 		return network.Config{}, nil, err
 	}
-	return network.Config{Egress: true}, &gatewayAdapter{gw: gw, def: egress.FromPolicy(c), none: egress.FromPolicy(none),
-		guard: netpolicy.DefaultGuard(hostPrefixes()...), log: glog, cas: map[string]*tlsca.CA{}}, nil
+	return network.Config{Egress: true, Link: link}, &gatewayAdapter{gw: gw, def: egress.FromPolicy(c), none: egress.FromPolicy(none),
+		guard: guard, log: glog, cas: map[string]*tlsca.CA{}}, nil
+}
+
+// linkOf is the egress link of --sandbox-cidr: the gateway on the
+// prefix's first host address, the guest on its second.
+func linkOf(cidr string) (network.Link, error) {
+	p, err := netip.ParsePrefix(cidr)
+	if err != nil || !p.Addr().Is4() {
+		return network.Link{}, fmt.Errorf("--sandbox-cidr %q: want an IPv4 prefix such as 100.64.0.0/30", cidr)
+	}
+	p = p.Masked()
+	gw := p.Addr().Next()
+	l := network.Link{Guest: netip.PrefixFrom(gw.Next(), p.Bits()), Gateway: gw}
+	if err := l.Validate(); err != nil {
+		return network.Link{}, fmt.Errorf("--sandbox-cidr %s: %w", cidr, err)
+	}
+	return l, nil
 }
 
 // upstreamRoots are the system roots plus the PEM certificates of file.

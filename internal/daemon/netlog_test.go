@@ -22,6 +22,7 @@ import (
 	"github.com/airlock/airlock/internal/events"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/netpolicy"
+	"github.com/airlock/airlock/internal/network"
 	"github.com/airlock/airlock/internal/runtime/fake"
 	"github.com/airlock/airlock/internal/worker"
 )
@@ -475,5 +476,21 @@ func TestNetworkLogOnFakeStack(t *testing.T) {
 	s.do(t, ctx, "delete", sb.ID, s.c.DeleteSandbox, model.StateDeleted)
 	if lg, err = s.c.NetworkLog(ctx, sb.ID, 0, 0); err != nil || len(lg.Entries) != 0 || !strings.Contains(lg.Note, "on no worker") {
 		t.Errorf("deleted: %+v %v", lg, err)
+	}
+}
+
+func TestSandboxCIDR(t *testing.T) {
+	l, err := linkOf("100.64.0.0/30")
+	if err != nil || l != network.DefaultLink {
+		t.Fatalf("the default --sandbox-cidr: %+v %v, want %+v", l, err, network.DefaultLink)
+	}
+	l, err = linkOf("10.200.0.8/29")
+	if err != nil || l.Gateway.String() != "10.200.0.9" || l.Guest.String() != "10.200.0.10/29" {
+		t.Fatalf("10.200.0.8/29: %+v %v", l, err)
+	}
+	for _, bad := range []string{"x", "2001:db8::/64", "10.0.0.0/31", "10.0.0.0/32"} {
+		if _, err := linkOf(bad); err == nil || !strings.Contains(err.Error(), "--sandbox-cidr") {
+			t.Errorf("%q: %v, want an error naming --sandbox-cidr", bad, err)
+		}
 	}
 }

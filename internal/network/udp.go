@@ -251,9 +251,8 @@ func udpFilter(c *nftables.Conn, t *nftables.Table, input *nftables.Chain, fromG
 // veth, nftables with tproxy, the policy route, the gateway's sockets), to
 // tell at start whether this machine can give sandboxes egress at all
 // (root, network namespaces, nftables): nil if it can.
-func ProbeEgress(ctx context.Context) error {
+func ProbeEgress(ctx context.Context, cfg Config) error {
 	id := model.NewID("probe")
-	cfg := Config{Egress: true}
 	if _, err := Setup(ctx, id, runtime.Caps{}, cfg); err != nil {
 		return err
 	}

@@ -109,3 +109,47 @@ func TestEgressUDPRelay(t *testing.T) {
 		t.Fatal("DNS never reached the resolver")
 	}
 }
+
+// TestEgressCustomLink: a link other than DefaultLink (--sandbox-cidr)
+// carries the guest's TCP to the proxy from the guest's address.
+func TestEgressCustomLink(t *testing.T) {
+	testenv.RequireRoot(t, "network namespaces, veths and nftables")
+	ctx := context.Background()
+	id := model.NewID("sb")
+	l := network.Link{Guest: netip.MustParsePrefix("10.200.0.10/29"), Gateway: netip.MustParseAddr("10.200.0.9")}
+	cfg := network.Config{Egress: true, Link: l}
+	t.Cleanup(func() { network.Release(ctx, id) })
+	n, err := network.Setup(ctx, id, runtime.Caps{Pause: true}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Gateway != l.Gateway || n.Interfaces[0].Addresses[0] != l.Guest || n.Nameservers[0] != l.Gateway {
+		t.Fatalf("network %+v, want the link %+v", n, l)
+	}
+	ls, err := network.OpenGateway(id, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ls.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := ls.Proxy.Accept(); err == nil {
+			accepted <- c
+		}
+	}()
+	err = network.Do(n.Namespace, func() error {
+		c, err := net.DialTimeout("tcp4", "198.18.5.5:443", 5*time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := <-accepted
+	defer c.Close()
+	if from := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr(); from != l.Guest.Addr() {
+		t.Fatalf("from %v, want the guest's %v", from, l.Guest.Addr())
+	}
+}
