@@ -29,7 +29,8 @@ func TestEgressIPv6(t *testing.T) {
 	six, addr6 := egresstest.Name(egresstest.Six), in.Addr6(2)
 	policy := `{"version":1,"default":"deny","rules":[
 		{"action":"allow","domains":["` + six + `"]},
-		{"action":"allow","cidrs":["` + in.Prefix6.String() + `"],"ports":[80]}]}`
+		{"action":"allow","cidrs":["` + in.Prefix6.String() + `"],"ports":[80]},
+		{"action":"allow","cidrs":["` + in.Prefix6.String() + `"],"ports":[7],"protocols":["udp"]}]}`
 	id := newSandbox(t, c, client.CreateSandboxRequest{Network: &apitypes.NetworkRequest{Policy: []byte(policy)}}).ID
 	none := newSandbox(t, c, client.CreateSandboxRequest{}).ID // the public profile: no IPv6 CIDR
 
@@ -84,8 +85,8 @@ func TestEgressIPv6(t *testing.T) {
 	}
 
 	// DNS over IPv6 to any resolver is answered by the gateway's (in the
-	// resolver's name); other IPv6 UDP goes nowhere, even to an address
-	// the CIDR rule allows (UDP over IPv6 is not relayed).
+	// resolver's name); IPv6 UDP under the udp rule reaches the echo and
+	// its answer comes back; to a port no rule names it goes nowhere.
 	putFile(t, c, id, "/tmp/udp6.py", `import socket, struct, sys
 hdr = struct.pack(">HHHHHH", 0x1234, 0x0100, 1, 0, 0, 0)
 qn = b"".join(bytes([len(p)]) + p.encode() for p in sys.argv[2].split(".")) + b"\0"
@@ -95,20 +96,22 @@ try:
     d, src = s.recvfrom(1500); print("dns-reply", src[0], "rcode", d[3] & 15, "answers", struct.unpack(">H", d[6:8])[0])
 except socket.timeout:
     print("dns-noreply")
-u = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM); u.settimeout(2)
-u.sendto(b"ping", (sys.argv[3], 7))
-try:
-    u.recvfrom(512); print("udp-reply")
-except socket.timeout:
-    print("udp-noreply")
+for port in (7, 9999):
+    u = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM); u.settimeout(2)
+    u.sendto(b"ping", (sys.argv[3], port))
+    try:
+        d, src = u.recvfrom(512); print("udp-reply", port, d.decode(), src[0], src[1])
+    except socket.timeout:
+        print("udp-noreply", port)
 `)
 	echo6 := netip.AddrPortFrom(addr6, egresstest.EchoPort)
 	out, _, _ := timed(t, c, id, "python3 /tmp/udp6.py 2001:db8:ffff::53 "+six+" "+addr6.String())
-	if !strings.Contains(out, "dns-reply 2001:db8:ffff::53 rcode 0 answers 1") || !strings.Contains(out, "udp-noreply") {
+	if !strings.Contains(out, "dns-reply 2001:db8:ffff::53 rcode 0 answers 1") ||
+		!strings.Contains(out, "udp-reply 7 echo:ping "+addr6.String()+" 7") || !strings.Contains(out, "udp-noreply 9999") {
 		t.Errorf("IPv6 DNS to any resolver / IPv6 UDP: %q\n%s", out, egressLog(logPath))
 	}
-	if n := in.UDPSeen()[echo6]; n != 0 {
-		t.Errorf("the test internet's IPv6 echo %s received %d datagrams", echo6, n)
+	if n := in.UDPSeen()[echo6]; n != 1 {
+		t.Errorf("the test internet's IPv6 echo %s received %d datagrams, want 1", echo6, n)
 	}
 
 	// Suspend and wake: the woken sandbox (restored into a new network,

@@ -64,8 +64,8 @@ import (
 // other than Link6.Guest: drop; ICMPv6 neighbour solicitations and
 // advertisements (the link's own address resolution): accept, other
 // ICMPv6: drop; TCP: to the proxy, UDP port 53: to the resolver (on
-// Link6.Gateway, to any address), other UDP: drop (the UDP relay is
-// IPv4 only).
+// Link6.Gateway, to any address), other UDP: to the UDP relay's IPv6
+// listener (tproxy, udp.go).
 
 // Link is the point-to-point link of an egress network. Every sandbox has
 // the same one (they live in namespaces of their own).
@@ -260,7 +260,7 @@ func makeGateway(id string, l Link, guest netns.NsHandle, vm *vmLink, v6 *Link6)
 	if err := writeFilter(0, l, v6); err != nil {
 		return fmt.Errorf("nftables in %s: %w", GatewayName(id), err)
 	}
-	if err := tproxyRoute(); err != nil {
+	if err := tproxyRoute(v6 != nil); err != nil {
 		return fmt.Errorf("%s: %w", GatewayName(id), err)
 	}
 	if vm != nil {
@@ -436,7 +436,8 @@ func writeFilter(fd int, l Link, v6 *Link6) error {
 		}
 		rule(guard, cat(from6, l4proto(unix.IPPROTO_TCP), []expr.Any{verdict(expr.VerdictAccept)})...)
 		rule(guard, cat(from6, dns(unix.IPPROTO_UDP), []expr.Any{verdict(expr.VerdictAccept)})...)
-		rule(guard, cat(from6, []expr.Any{verdict(expr.VerdictDrop)})...) // other UDP (the relay is IPv4 only), other ICMPv6, the rest
+		rule(guard, cat(from6, l4proto(unix.IPPROTO_UDP), []expr.Any{verdict(expr.VerdictAccept)})...) // on to the tproxy chain
+		rule(guard, cat(from6, []expr.Any{verdict(expr.VerdictDrop)})...)                              // other ICMPv6, the rest
 		for _, typ := range nd {
 			rule(input, cat(from6, icmp6Type(typ), []expr.Any{verdict(expr.VerdictAccept)})...)
 			rule(output, cat([]expr.Any{&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname(GatewayIf)}}, ip6, icmp6Type(typ), []expr.Any{verdict(expr.VerdictAccept)})...)
@@ -471,7 +472,7 @@ func writeFilter(fd int, l Link, v6 *Link6) error {
 	rule(input, cat(fromGuest, port(unix.IPPROTO_UDP, DNSPort), []expr.Any{verdict(expr.VerdictAccept)})...)
 
 	// UDP other than DNS: to the transparent relay (udp.go).
-	udpFilter(c, t, input, fromGuest)
+	udpFilter(c, t, input, fromGuest, v6 != nil)
 
 	// output: replies and loopback only.
 	rule(output, &expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname("lo")}, verdict(expr.VerdictAccept))
@@ -606,6 +607,9 @@ func OpenGateway(id string, cfg Config) (Listeners, error) {
 		}
 		if err == nil {
 			ls.DNSTCP6, err = net.Listen("tcp6", net.JoinHostPort(addr6, strconv.Itoa(DNSPort)))
+		}
+		if err == nil {
+			err = ls.UDP.open6(DefaultLink6.Gateway)
 		}
 		return err
 	})

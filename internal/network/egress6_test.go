@@ -22,7 +22,7 @@ import (
 // DefaultLink6; every IPv6 TCP connection of the guest lands on the
 // gateway's IPv6 proxy listener with its original destination
 // (IP6T_SO_ORIGINAL_DST), DNS to any IPv6 resolver on its IPv6 DNS
-// listener, and a spoofed IPv6 source, other IPv6 UDP and ICMPv6 other
+// listener, other IPv6 UDP to the UDP relay, and a spoofed IPv6 source and ICMPv6 other
 // than neighbour discovery arrive nowhere.
 func TestEgressDataPathIPv6(t *testing.T) {
 	testenv.RequireRoot(t, "network namespaces, veths and nftables")
@@ -145,8 +145,21 @@ func TestEgressDataPathIPv6(t *testing.T) {
 	(<-dnsTCP).Close()
 
 	// A spoofed IPv6 source never arrives (the gateway namespace has a
-	// route back to it: only the filter stands in the way), nor does IPv6
-	// UDP other than DNS, nor an ICMPv6 echo to the gateway.
+	// route back to it: only the filter stands in the way), nor an ICMPv6
+	// echo to the gateway; IPv6 UDP other than DNS goes to the UDP relay,
+	// with its original destination.
+	type relayedDatagram struct{ src, dst netip.AddrPort }
+	relayed := make(chan relayedDatagram, 4)
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			_, src, dst, err := ls.UDP.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			relayed <- relayedDatagram{src, dst}
+		}
+	}()
 	spoof := net.ParseIP("2001:db8:bad::1")
 	err = inNamespace(t, network.GatewayPath(id), func() error {
 		gw, err := netlink.LinkByName(network.GatewayIf)
@@ -179,7 +192,10 @@ func TestEgressDataPathIPv6(t *testing.T) {
 		}
 		u.Write([]byte("spoofed query"))
 		u.Close()
-		u, err = net.Dial("udp6", "[2001:db8:6::10]:9999")
+		// From the guest's own address (source selection would pick the
+		// spoofed one: it shares a longer prefix with the destination).
+		d = net.Dialer{LocalAddr: &net.UDPAddr{IP: net.IP(want6.Guest.Addr().AsSlice())}}
+		u, err = d.Dial("udp6", "[2001:db8:6::10]:9999")
 		if err != nil {
 			return err
 		}
@@ -194,10 +210,20 @@ func TestEgressDataPathIPv6(t *testing.T) {
 		t.Error(err)
 	}
 	select {
+	case r := <-relayed:
+		if r.dst != netip.MustParseAddrPort("[2001:db8:6::10]:9999") || r.src.Addr() != want6.Guest.Addr() {
+			t.Errorf("the UDP relay got %v → %v, want the guest → [2001:db8:6::10]:9999", r.src, r.dst)
+		}
+	case <-time.After(5 * time.Second): // a safety net
+		t.Error("IPv6 UDP never reached the relay")
+	}
+	select {
 	case c := <-accepted:
 		t.Errorf("the proxy accepted a connection from %s", c.RemoteAddr())
 	case from := <-dns:
 		t.Errorf("the DNS listener got a packet from %s", from)
+	case r := <-relayed:
+		t.Errorf("the UDP relay got a second datagram %v → %v (the spoofed one?)", r.src, r.dst)
 	case <-time.After(300 * time.Millisecond):
 	}
 }
