@@ -18,8 +18,8 @@ import (
 
 	"github.com/airlock/airlock/internal/agentapi"
 	"github.com/airlock/airlock/internal/client"
-	"github.com/airlock/airlock/internal/network"
 	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/network"
 )
 
 func ctxT(t *testing.T, d time.Duration) context.Context {
