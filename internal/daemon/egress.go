@@ -235,9 +235,7 @@ func (f egressFlags) explicit(name string) bool {
 // org's default profile (airlock up: the server and the worker are one
 // installation); without the flag the org's setting stays as it is.
 func (f egressFlags) applyDefaultProfile(ctx context.Context, svc *service.Service) error {
-	set := false
-	f.fs.Visit(func(fl *flag.Flag) { set = set || fl.Name == "egress-profile" })
-	if !set {
+	if !f.explicit("egress-profile") {
 		return nil
 	}
 	op := service.Principal{OrgID: service.DefaultOrgID, Admin: true}

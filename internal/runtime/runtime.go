@@ -147,6 +147,20 @@ type Network struct {
 // when a Network has a CACert).
 const GuestCABundle = "/etc/ssl/certs/ca-certificates.crt"
 
+// AppendCA is a CA bundle with ca (PEM) appended after a comment saying
+// whose it is; bundle itself when ca is empty. Drivers that build the
+// guest's bundle and the worker that fixes one up share it.
+func AppendCA(bundle, ca []byte) []byte {
+	if len(ca) == 0 {
+		return bundle
+	}
+	if len(bundle) > 0 && bundle[len(bundle)-1] != '\n' {
+		bundle = append(bundle, '\n')
+	}
+	bundle = append(bundle, "# Airlock: the org's CA, which the egress gateway intercepts TLS with\n"...)
+	return append(bundle, ca...)
+}
+
 // Interface is one link of a Network.
 type Interface struct {
 	// Name is the link's name in the namespace (a tap, "tap0", for a VM's NIC).

@@ -244,11 +244,7 @@ func (w *Worker) trustOrgCA(ctx context.Context, id string, ac *agentclient.Clie
 	if bytes.Contains(bundle, bytes.TrimSpace(ca)) {
 		return nil
 	}
-	if len(bundle) > 0 && bundle[len(bundle)-1] != '\n' {
-		bundle = append(bundle, '\n')
-	}
-	bundle = append(bundle, "# Airlock: the org's CA, which the egress gateway intercepts TLS with\n"...)
-	bundle = append(bundle, ca...)
+	bundle = runtime.AppendCA(bundle, ca)
 	if _, err := ac.WriteFile(ctx, runtime.GuestCABundle, "0644", "root", bytes.NewReader(bundle)); err != nil {
 		return fmt.Errorf("write the guest's CA bundle: %w", err)
 	}

@@ -81,13 +81,7 @@ func (d *Driver) writeBundle(spec runtime.Spec, dir string, o *ociSpec) error {
 		}
 		root.Close()
 	}
-	if len(bundle) > 0 && bundle[len(bundle)-1] != '\n' {
-		bundle = append(bundle, '\n')
-	}
-	if len(spec.Network.CACert) > 0 {
-		bundle = append(bundle, "# Airlock: the org's CA, which the egress gateway intercepts TLS with\n"...)
-		bundle = append(bundle, spec.Network.CACert...)
-	}
+	bundle = runtime.AppendCA(bundle, spec.Network.CACert)
 	p := filepath.Join(dir, bundleFile)
 	if err := os.WriteFile(p, bundle, 0o644); err != nil {
 		return err
