@@ -33,6 +33,9 @@ const (
 	// ScopeSnapshot: the server exporting snapshot Snapshot of the sandbox,
 	// importing an archive as a snapshot of it, or dropping its snapshots.
 	ScopeSnapshot = "snapshot"
+	// ScopeBuild: the server sending a template build (SandboxID is the
+	// build's id) to the worker.
+	ScopeBuild = "build"
 )
 
 // ErrInvalid is returned for a malformed, forged or expired token.
