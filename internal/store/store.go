@@ -22,6 +22,7 @@ package store
 
 import (
 	"context"
+	"io"
 	"time"
 
 	"github.com/airlock/airlock/internal/model"
@@ -50,6 +51,7 @@ type Tx interface {
 	Operations
 	Events
 	Settings
+	Builds
 
 	// InTx runs fn in one transaction and commits it if fn returns nil;
 	// otherwise nothing fn wrote stays, and InTx returns fn's error as it
@@ -207,6 +209,52 @@ type Settings interface {
 	// SwapSetting replaces key's value old with value (ErrConflict if the
 	// stored value is not old, ErrNotFound if key is unset).
 	SwapSetting(ctx context.Context, key, old, value string) error
+}
+
+// Builds are template builds (model.Build), their progress events and
+// the files orgs upload for their COPY steps.
+type Builds interface {
+	// PutBuildFile stores f with its content, exactly f.Size bytes read
+	// from r (in chunks of BuildFileChunk bytes), unless f.OrgID has f.Key
+	// already: then nothing is read or written and created is false.
+	PutBuildFile(ctx context.Context, f BuildFile, r io.Reader) (created bool, err error)
+	// GetBuildFile returns what is known of a file, without its content
+	// (ErrNotFound if the org has none under key).
+	GetBuildFile(ctx context.Context, orgID, key string) (BuildFile, error)
+	// ReadBuildFileChunk returns chunk n (from 0) of a file's content;
+	// ErrNotFound past its end.
+	ReadBuildFileChunk(ctx context.Context, orgID, key string, n int) ([]byte, error)
+
+	// CreateBuild inserts b (ErrConflict if its id exists).
+	CreateBuild(ctx context.Context, b model.Build) error
+	GetBuild(ctx context.Context, id string) (model.Build, error)
+	// UpdateBuild writes b's state, spec, worker, digest, error, steps and
+	// finished time while the stored build is not finished (ready or
+	// failed): ErrConflict once it is, ErrNotFound if absent.
+	UpdateBuild(ctx context.Context, b model.Build) error
+	// ListBuilds returns an org's builds, newest first, at most limit (0:
+	// 100).
+	ListBuilds(ctx context.Context, orgID string, limit int) ([]model.Build, error)
+	// AppendBuildEvents stores evs under build id with the Seq each has
+	// (ErrConflict for a Seq stored already).
+	AppendBuildEvents(ctx context.Context, buildID string, evs []model.BuildEvent) error
+	// ListBuildEvents returns a build's events with Seq > after, oldest
+	// first, at most limit (0: 100).
+	ListBuildEvents(ctx context.Context, buildID string, after, limit int) ([]model.BuildEvent, error)
+}
+
+// BuildFileChunk is the size of the chunks a build file is stored in (the
+// last one may be shorter).
+const BuildFileChunk = 1 << 20
+
+// BuildFile is one uploaded build file, without its content.
+type BuildFile struct {
+	OrgID string
+	Key   string
+	Size  int64
+	// SHA256 is the lowercase hex sha256 of the content.
+	SHA256    string
+	CreatedAt time.Time
 }
 
 // Notifier is an optional power of a Store, found by type assertion: it

@@ -92,6 +92,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ClaimSandbox", testClaimSandbox},
 		{"ClaimSandboxConcurrent", testClaimSandboxConcurrent},
 		{"InTx", testInTx},
+		{"BuildFiles", testBuildFiles},
+		{"Builds", testBuilds},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
