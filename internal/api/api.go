@@ -78,6 +78,12 @@ var routes = []route{
 	{"GET", "/v1/events", true, (*server).allEvents},
 	{"GET", "/v1/templates", true, (*server).listTemplates},
 	{"GET", "/v1/templates/{ref}", true, (*server).getTemplate},
+	{"PUT", "/v1/templates/files/{hash}", true, (*server).putBuildFile},
+	{"HEAD", "/v1/templates/files/{hash}", true, (*server).headBuildFile},
+	{"POST", "/v1/templates/builds", true, (*server).startBuild},
+	{"GET", "/v1/templates/builds", true, (*server).listBuilds},
+	{"GET", "/v1/templates/builds/{id}", true, (*server).getBuild},
+	{"GET", "/v1/templates/builds/{id}/events", true, (*server).buildEvents},
 	{"DELETE", "/v1/templates/{ref}", true, (*server).deleteTemplate},
 	{"POST", "/v1/orgs", true, (*server).createOrg},
 	{"GET", "/v1/orgs", true, (*server).listOrgs},
@@ -222,8 +228,10 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		status, code, msg = http.StatusBadRequest, apitypes.CodeBadRequest, bad.msg
 	case errors.As(err, &meth):
 		status, code, msg = http.StatusMethodNotAllowed, apitypes.CodeMethod, meth.msg
-	case errors.As(err, &big) || errors.Is(err, model.ErrTooLarge):
-		status, code, msg = http.StatusRequestEntityTooLarge, apitypes.CodeTooLarge, fmt.Sprintf("request body is larger than %d bytes", MaxBodyBytes)
+	case errors.As(err, &big):
+		status, code, msg = http.StatusRequestEntityTooLarge, apitypes.CodeTooLarge, fmt.Sprintf("request body is larger than %d bytes", big.Limit)
+	case errors.Is(err, model.ErrTooLarge):
+		status, code, msg = http.StatusRequestEntityTooLarge, apitypes.CodeTooLarge, err.Error()
 	case isSentinel(err):
 		// The /v1 table (httperr.Public): the internal one, but for
 		// ErrInvalid, which users have always seen as 422 "unprocessable".

@@ -99,6 +99,9 @@ type Service struct {
 	transfers     counter
 	orgLocks      sync.Map // org id → *sync.Mutex
 
+	// builds wakes BuildEvents long polls (builds.go).
+	builds buildWaiters
+
 	keyOnce sync.Once
 	keyFn   func(ctx context.Context) ([]byte, error)
 

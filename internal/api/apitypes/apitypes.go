@@ -328,3 +328,24 @@ type Pool struct {
 type PoolList struct {
 	Pools []Pool `json:"pools"`
 }
+
+// BuildFile is the answer of PUT /v1/templates/files/{hash}: the hash the
+// file is stored under and its size in bytes.
+type BuildFile struct {
+	Hash string `json:"hash"`
+	Size int64  `json:"size"`
+}
+
+// ListBuildsResponse is the body of GET /v1/templates/builds.
+type ListBuildsResponse struct {
+	Builds []model.Build `json:"builds"`
+}
+
+// BuildEvents is the body of GET /v1/templates/builds/{id}/events: the
+// events after the asked Seq, oldest first, and the build's state when
+// they were read (follow until it is ready or failed and events is
+// empty).
+type BuildEvents struct {
+	Events []model.BuildEvent `json:"events"`
+	State  model.BuildState   `json:"state"`
+}
