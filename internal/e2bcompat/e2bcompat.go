@@ -3,11 +3,13 @@
 // (internal/api). An Adapter has two parts:
 //
 //   - API: E2B's control-plane REST API (POST /sandboxes, /v2/sandboxes,
-//     list, get, kill, timeout, pause, connect, resume, refreshes, metrics),
+//     list, get, kill, timeout, pause, connect, resume, refreshes, metrics,
+//     and the template build API of the SDKs' Template() builder:
+//     templates.go),
 //     authenticated by X-API-KEY, answering E2B's shapes and error bodies
-//     {"code": <status>, "message"}; endpoints Airlock lacks (template
-//     builds, snapshots, volumes, network rules…) answer 501 at once with a
-//     message naming the gap.
+//     {"code": <status>, "message"}; endpoints Airlock lacks (snapshots,
+//     volumes, network rules…) answer 501 at once with a message naming
+//     the gap.
 //   - Sandboxes: recognizes sandbox (envd and user-port) traffic by the
 //     E2b-Sandbox-Id / E2b-Sandbox-Port headers or a "<port>-<sandboxID>.<domain>"
 //     Host, checks E2B's access token or file-URL signature (envd's port)
@@ -156,17 +158,23 @@ var routes = []route{
 	{"GET /sandboxes/metrics", (*server).metricsMany},
 	{"GET /sandboxes/{id}/logs", (*server).logs},
 	{"GET /v2/sandboxes/{id}/logs", (*server).logs},
+	// Template builds (templates.go).
+	{"POST /v3/templates", (*server).requestTemplate},
+	{"POST /v2/templates", (*server).requestTemplate},
+	{"GET /templates/{templateID}/files/{hash}", (*server).fileUpload},
+	{"POST /v2/templates/{templateID}/builds/{buildID}", (*server).startTemplateBuild},
+	{"GET /templates/{templateID}/builds/{buildID}/status", (*server).buildStatus},
+	{"GET /templates/{a}/{b}", (*server).templateGet},
+	{"POST /templates/tags", (*server).assignTags},
 }
 
 // unsupported are E2B endpoints Airlock does not implement: each answers
 // 501 with the name of the gap.
 var unsupported = []struct{ pattern, what string }{
-	{"/templates", "template management (build templates with `airlock template` instead)"},
-	{"/templates/", "template management (build templates with `airlock template` instead)"},
-	{"/v2/templates", "template builds"},
-	{"/v2/templates/", "template builds"},
-	{"/v3/templates", "template builds"},
-	{"/v3/templates/", "template builds"},
+	{"/templates", "this template call (Airlock serves the SDKs' Template() builder, aliases and tags; list and delete templates with `airlock template`)"},
+	{"/templates/", "this template call (Airlock serves the SDKs' Template() builder, aliases and tags; list and delete templates with `airlock template`)"},
+	{"/v2/templates/", "this template call (Airlock serves the SDKs' Template() builder)"},
+	{"/v3/templates/", "this template call (Airlock serves the SDKs' Template() builder)"},
 	{"/snapshots", "persistent snapshots (use pause, which suspends the sandbox)"},
 	{"/snapshots/", "persistent snapshots (use pause, which suspends the sandbox)"},
 	{"POST /sandboxes/{id}/snapshots", "persistent snapshots (use pause, which suspends the sandbox)"},
@@ -197,6 +205,9 @@ func newAPI(s *server) http.Handler {
 			s.writeError(w, r, notSupported("not supported by Airlock: %s", what))
 		})
 	}
+	// Build file uploads carry their own credential (the token in the
+	// path), as E2B's presigned URLs do: the SDKs send no API key there.
+	mux.HandleFunc("PUT "+uploadPath+"{token}", s.upload)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		if err := svc.CheckReady(r.Context()); err != nil {
 			s.writeError(w, r, err)

@@ -424,7 +424,8 @@ func TestUnsupportedAndUnknown(t *testing.T) {
 	e := newEnv(t)
 	sb := e.create(`{"templateID":"base"}`)
 	for _, tc := range []struct{ method, path, msg string }{
-		{"POST", "/v3/templates", "template builds"},
+		{"DELETE", "/templates/tags", "template"},
+		{"DELETE", "/templates/base", "template"},
 		{"GET", "/templates", "template"},
 		{"POST", "/sandboxes/" + sb.SandboxID + "/fork", "fork"},
 		{"POST", "/sandboxes/" + sb.SandboxID + "/snapshots", "snapshots"},

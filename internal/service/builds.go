@@ -826,3 +826,41 @@ func (r *buildRun) awaitTemplate(ctx context.Context, digest string) error {
 		}
 	}
 }
+
+// TagTemplate points tags of target's name (name:tag) at target's
+// content too, and returns its digest. Operators may tag any template;
+// others the templates their org built.
+func (s *Service) TagTemplate(ctx context.Context, p Principal, target string, tags []string) (string, error) {
+	if !strings.Contains(target, ":") || strings.HasPrefix(target, digestPrefix) {
+		return "", model.Errorf(model.ErrUnprocessable, "target %.80q is not name:tag", target)
+	}
+	tpl, _, err := s.resolveTemplate(ctx, target)
+	if errors.Is(err, errTemplateNotFound) {
+		return "", model.Errorf(model.ErrNotFound, "template %.80q not found", target)
+	}
+	if err != nil {
+		return "", err
+	}
+	if !p.Operator() {
+		bs, err := s.st.ListBuilds(ctx, p.OrgID, MaxListLimit)
+		if err != nil {
+			return "", fmt.Errorf("list builds: %w", err)
+		}
+		if !slices.ContainsFunc(bs, func(b model.Build) bool { return b.State == model.BuildReady && b.Digest == tpl.Digest }) {
+			return "", model.Errorf(model.ErrForbidden, "template %s was not built by org %s; only operators may tag it", target, p.OrgID)
+		}
+	}
+	for _, tag := range tags {
+		if !templateTagRe.MatchString(tag) {
+			return "", model.Errorf(model.ErrUnprocessable, "template tag %.80q is invalid: use 1 to 128 letters, digits, '.', '_' or '-', not starting with '.' or '-'", tag)
+		}
+	}
+	for _, tag := range tags {
+		t := tpl
+		t.Tag, t.CreatedAt = tag, s.now()
+		if err := s.st.PutTemplate(ctx, t); err != nil {
+			return "", fmt.Errorf("tag %s:%s: %w", tpl.Name, tag, err)
+		}
+	}
+	return tpl.Digest, nil
+}
