@@ -36,6 +36,7 @@ import (
 	"github.com/airlock/airlock/internal/events"
 	"github.com/airlock/airlock/internal/httplimit"
 	"github.com/airlock/airlock/internal/image"
+	"github.com/airlock/airlock/internal/image/build"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/network"
 	airruntime "github.com/airlock/airlock/internal/runtime"
@@ -580,6 +581,7 @@ func newWorker(ctx context.Context, o workerOptions) (*worker.Worker, error) {
 		RemoveTemplate: func(digest string, notAfter time.Time) (bool, error) {
 			return image.RemoveTemplate(o.dataDir, digest, notAfter)
 		},
+		Builder:       &build.Builder{Dir: o.dataDir, Agent: agent, Log: o.log.With("component", "builder")},
 		CapacityMiB:   mem,
 		CapacityVCPUs: cpus,
 		Logger:        o.log.With("component", "worker"),

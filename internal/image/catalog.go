@@ -145,3 +145,17 @@ func removeAll(tree string) error {
 	})
 	return os.RemoveAll(tree)
 }
+
+// RenameTemplate rewrites the entry of t.Digest, complete already, as t
+// (its name, tag, creation time and config), leaving its tree alone: a
+// build whose result is content the catalog holds moves the name there.
+// The caller holds the catalog lock.
+func RenameTemplate(dir string, t model.Template) error {
+	tdir := templateDir(dir, t.Digest)
+	b, _ := json.MarshalIndent(t, "", "  ")
+	tmp := filepath.Join(tdir, templateFile+".tmp")
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(tdir, templateFile))
+}

@@ -31,8 +31,9 @@ type BuildStep struct {
 	// several words when Exec is set; ENV: name, value[, name, value…];
 	// WORKDIR: a directory (relative to the current one); USER: a user
 	// (name or uid, optionally :group); CMD, ENTRYPOINT: the argv (Exec)
-	// or one shell command; COPY: the destination (a directory when it
-	// ends in "/" or the files are several).
+	// or one shell command; COPY: the destination directory (the tar's
+	// paths are relative to it; but see ToFile), relative to the current
+	// working directory unless absolute.
 	Args []string `json:"args"`
 	Exec bool     `json:"exec,omitempty"`
 	// FilesHash names the uploaded build file (a tar, optionally gzip'ed,
@@ -45,6 +46,10 @@ type BuildStep struct {
 	// Chmod (COPY) overrides the copied files' permission bits (octal,
 	// "": the tar's).
 	Chmod string `json:"chmod,omitempty"`
+	// ToFile (COPY): the tar holds one file, written at the destination
+	// itself, unless the destination is a directory of the tree (then
+	// into it, as Docker's COPY of one file without a trailing slash).
+	ToFile bool `json:"to_file,omitempty"`
 	// Force re-runs the step (and every later one) even when cached.
 	Force bool `json:"force,omitempty"`
 	// Text is the step as the user wrote it, for progress and reports

@@ -425,18 +425,21 @@ type RuntimeCaps struct {
 	Fork bool `json:"fork,omitempty"`
 	// Network: the guest has a network device (not only loopback).
 	Network bool `json:"network,omitempty"`
+	// Build: runs template builds' RUN steps (a root the guest writes
+	// straight into: runtime.Spec.WritableRoot).
+	Build bool `json:"build,omitempty"`
 }
 
 // Has reports whether c has every power need asks for.
 func (c RuntimeCaps) Has(need RuntimeCaps) bool {
 	return (c.Pause || !need.Pause) && (c.Snapshot || !need.Snapshot) && (c.LeaveRunning || !need.LeaveRunning) &&
-		(c.Fork || !need.Fork) && (c.Network || !need.Network)
+		(c.Fork || !need.Fork) && (c.Network || !need.Network) && (c.Build || !need.Build)
 }
 
 // And is the powers both c and o have.
 func (c RuntimeCaps) And(o RuntimeCaps) RuntimeCaps {
 	return RuntimeCaps{Pause: c.Pause && o.Pause, Snapshot: c.Snapshot && o.Snapshot, LeaveRunning: c.LeaveRunning && o.LeaveRunning,
-		Fork: c.Fork && o.Fork, Network: c.Network && o.Network}
+		Fork: c.Fork && o.Fork, Network: c.Network && o.Network, Build: c.Build && o.Build}
 }
 
 // RuntimeInfo is one runtime a worker offers and what it can do.

@@ -14,6 +14,12 @@ type TemplateConfig struct {
 	User       string   `json:"user,omitempty"`
 	Entrypoint []string `json:"entrypoint,omitempty"`
 	Cmd        []string `json:"cmd,omitempty"`
+	// StartCmd is started in the background (a shell command, as User in
+	// WorkingDir with Env) whenever a sandbox from the template starts,
+	// and ReadyCmd run until it exits 0 before the sandbox counts as
+	// running; a recipe's START and READY (internal/image/build).
+	StartCmd string `json:"start_cmd,omitempty"`
+	ReadyCmd string `json:"ready_cmd,omitempty"`
 }
 
 // EnvMap returns Env as a map; a later entry of a name wins, as in the

@@ -116,6 +116,12 @@ type Spec struct {
 	// Network is the sandbox's network as the worker's internal/network
 	// made it; the driver joins it and creates no network of its own.
 	Network Network
+	// WritableRoot makes the guest write straight into RootFS instead of
+	// an overlay of the driver's own: a template builder's RUN step, whose
+	// RootFS is an overlay mount the builder made (and bounds) so that it
+	// can take the step's changes from its upper layer. Only drivers whose
+	// Info declares Caps.WritableRoot take it; others refuse it.
+	WritableRoot bool
 }
 
 // Network is a sandbox's network, made (and released) by internal/network

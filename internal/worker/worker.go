@@ -37,6 +37,7 @@ import (
 	"github.com/airlock/airlock/internal/agentclient"
 	"github.com/airlock/airlock/internal/httperr"
 	"github.com/airlock/airlock/internal/httplimit"
+	"github.com/airlock/airlock/internal/image/build"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/network"
 	"github.com/airlock/airlock/internal/runtime"
@@ -105,6 +106,9 @@ type Config struct {
 	// with Egress: the listeners are not opened and the guest's
 	// connections are refused.
 	Gateway Gateway
+	// Builder builds templates sent to the data plane's /v1/builds (nil:
+	// the worker does not build; build.go).
+	Builder *build.Builder
 	// NetLog receives the gateway's decisions (the daemon feeds it from
 	// the gateway's events); the worker serves it on the data plane and
 	// sends its denials up in each Sync (netlog.go). nil: an empty one.

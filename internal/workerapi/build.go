@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 
 	"github.com/airlock/airlock/internal/model"
 )
@@ -22,10 +23,9 @@ import (
 // request is wrong is an error answer instead (422: the Message says
 // what; 409: the worker is building that template already).
 //
-//	POST /v1/builds   (token: token.ScopeBuild, SandboxID = the build's id)
+//	POST /v1/builds/{id}   (token: token.ScopeBuild, SandboxID = the build's id)
 const (
-	RouteBuild    = "POST " + PathBuilds
-	PathBuilds    = "/v1/builds"
+	RouteBuild    = "POST /v1/builds/{sid}"
 	BuildFileSpec = "build.json"
 	BuildFilesDir = "files/"
 	// MaxBuildEventBytes bounds one event line read from a worker.
@@ -33,6 +33,9 @@ const (
 	// MaxBuildSpecBytes bounds the BuildRequest entry.
 	MaxBuildSpecBytes = 1 << 20
 )
+
+// BuildPath is the data-plane path of build id.
+func BuildPath(id string) string { return "/v1/builds/" + url.PathEscape(id) }
 
 // BuildRequest is what a worker builds.
 type BuildRequest struct {
@@ -63,7 +66,7 @@ type BuildFile struct {
 func (d *DataPlane) Build(ctx context.Context, t Target, req BuildRequest, files []BuildFile, onEvent func(model.BuildEvent)) error {
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(writeBuild(pw, req, files)) }()
-	res, err := d.do(ctx, d.stream(), t, http.MethodPost, PathBuilds, pr, "application/x-tar")
+	res, err := d.do(ctx, d.stream(), t, http.MethodPost, BuildPath(req.ID), pr, "application/x-tar")
 	pr.Close()
 	if err != nil {
 		return err

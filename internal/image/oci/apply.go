@@ -39,6 +39,9 @@ type applier struct {
 	owners bool // chown entries to the layer's uid/gid (needs root)
 	limits Limits
 	report *Report
+	// copy, for CopyTar: no whiteouts, and every entry's owner (and
+	// perhaps permission bits) overridden.
+	copy *CopyOptions
 
 	bytes   int64           // uncompressed layer bytes read, all layers
 	entries int             // tar entries, all layers
@@ -175,8 +178,22 @@ func (a *applier) entry(hdr *tar.Header, tr *tar.Reader) error {
 	if !ok {
 		return a.errorf(hdr.Name, "the name leaves the root (an absolute path or a .. component)")
 	}
+	if c := a.copy; c != nil && c.Rename != nil {
+		if n, ok := c.Rename[name]; ok {
+			if name, ok = cleanName(n); !ok || name == "." {
+				return a.errorf(hdr.Name, "renamed to %q, which leaves the root", n)
+			}
+		}
+	}
 	dir, base := path.Split(name)
 	dir = path.Clean(dir)
+	if c := a.copy; c != nil {
+		hdr.Uid, hdr.Gid = c.UID, c.GID
+		if c.Mode != nil && (hdr.Typeflag == tar.TypeDir || hdr.Typeflag == tar.TypeReg || hdr.Typeflag == tar.TypeRegA) {
+			hdr.Mode = hdr.Mode&^0o7777 | int64(*c.Mode&0o7777)
+		}
+		base = "" // a copied file named .wh.* is a file
+	}
 
 	// Whiteouts delete from the layers below; they are never files.
 	if base == opaqueMarker {
@@ -185,7 +202,7 @@ func (a *applier) entry(hdr *tar.Header, tr *tar.Reader) error {
 		}
 		return a.opaque(dir)
 	}
-	if strings.HasPrefix(base, whiteoutPrefix) {
+	if base != "" && strings.HasPrefix(base, whiteoutPrefix) {
 		target := strings.TrimPrefix(base, whiteoutPrefix)
 		if strings.HasPrefix(target, whiteoutPrefix) {
 			return nil // other AUFS metadata (.wh..wh.plnk, …): nothing to apply
@@ -584,3 +601,41 @@ func (a *applier) xattrs(f *os.File, name string, hdr *tar.Header) error {
 	}
 	return nil
 }
+
+// CopyOptions configure CopyTar.
+type CopyOptions struct {
+	// UID and GID own every entry written (a COPY's files are root's
+	// unless --chown says otherwise, whatever the tar says).
+	UID, GID int
+	// Mode, if set, replaces the permission bits of files and directories.
+	Mode *fs.FileMode
+	// Rename maps entry names (cleaned, as "a/b") to the names written.
+	Rename map[string]string
+	Limits Limits
+}
+
+// CopyTar writes the entries of tar stream r into root with the
+// confinement of an image layer (nothing resolves outside root or through
+// a symbolic link; a name is removed before it is written, never written
+// through, so a hard link into another tree is replaced, not changed), but
+// with no whiteouts: a file named .wh.x is a file. It is the COPY of a
+// template build.
+func CopyTar(ctx context.Context, root *os.Root, r io.Reader, o CopyOptions) (Report, error) {
+	var rep Report
+	a := &applier{root: root, owners: true, limits: o.Limits.withDefaults(), report: &rep, copy: &o}
+	err := a.apply(ctx, r, 1)
+	return rep, err
+}
+
+// AddAgent puts the guest agent binary at AgentPath in root (root-owned,
+// 0755), replacing whatever is there without writing through it; the
+// template builder uses it on every result, as Import does.
+func AddAgent(root *os.Root, agent string) error {
+	var rep Report
+	return addAgent(&applier{root: root, owners: true, report: &rep}, agent)
+}
+
+// KeptXattr reports whether a template keeps an extended attribute
+// (user.* but user.overlay.*, and file capabilities): as an image layer's
+// are filtered, so are a build step's.
+func KeptXattr(name string) bool { return keptXattr(name) }

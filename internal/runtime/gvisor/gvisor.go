@@ -145,7 +145,7 @@ func (d *Driver) Name() string { return Name }
 // Info is what the gvisor runtime declares: pause, suspend and wake,
 // checkpoints that leave the sandbox running, restores under new ids; no
 // network device (--network=none: loopback only).
-var Info = runtime.Info{Name: Name, Caps: runtime.Caps{Pause: true, Snapshot: true, LeaveRunning: true, Fork: true}}
+var Info = runtime.Info{Name: Name, Caps: runtime.Caps{Pause: true, Snapshot: true, LeaveRunning: true, Fork: true, Build: true}}
 
 // Describe returns Info.
 func (d *Driver) Describe(context.Context) runtime.Info { return Info }
@@ -294,6 +294,18 @@ func (d *Driver) launch(ctx context.Context, verb string, spec runtime.Spec, com
 	defer logf.Close()
 
 	args := append(d.globalArgs(), d.sandboxArgs(spec.ID, diskMiB, spec.Network.Namespace != "")...)
+	if spec.WritableRoot {
+		if verb != "start" {
+			return nil, fmt.Errorf("gvisor: %s %s: a writable root is for booted sandboxes only: %w", verb, spec.ID, model.ErrInvalid)
+		}
+		// The guest's writes go through the gofer into RootFS (the
+		// builder's bounded overlay mount), not into a filestore here.
+		for i, a := range args {
+			if strings.HasPrefix(a, "--overlay2=") {
+				args[i] = "--overlay2=none"
+			}
+		}
+	}
 	args = append(args, command(bundle)...)
 	cmd := exec.CommandContext(ctx, d.cfg.RunscPath, args...)
 	// Files, not pipes: the detached sandbox inherits them, and a pipe would

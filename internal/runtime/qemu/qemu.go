@@ -422,6 +422,9 @@ func (d *Driver) Start(ctx context.Context, spec runtime.Spec) (runtime.Sandbox,
 	if err := checkNetwork(spec.Network); err != nil {
 		return nil, fmt.Errorf("qemu start %s: %w", spec.ID, err)
 	}
+	if spec.WritableRoot {
+		return nil, runtime.Unsupported(Name, "build", "run template build steps")
+	}
 	unlock := d.lock(spec.ID)
 	defer unlock()
 	dir := d.dir(spec.ID)
