@@ -207,7 +207,7 @@ func (e *env) builder(digest string) *builder {
 	bl.srv = httptest.NewServer(mux)
 	e.t.Cleanup(bl.srv.Close)
 	now := time.Now().UTC()
-	if err := e.st.UpsertWorker(e.ctx, model.Worker{ID: "w1", DataPlaneURL: bl.srv.URL, InternalURL: bl.srv.URL, Runtimes: model.NamedRuntimes("gvisor"),
+	if err := e.st.UpsertWorker(e.ctx, model.Worker{ID: "w1", DataPlaneURL: bl.srv.URL, InternalURL: bl.srv.URL, Runtimes: []model.RuntimeInfo{{Name: "gvisor", Caps: model.RuntimeCaps{Build: true}}},
 		Templates: []string{baseDigest}, CapacityMiB: 8192, CapacityVCPUs: 8, LastHeartbeat: now, CreatedAt: now}); err != nil {
 		e.t.Fatal(err)
 	}

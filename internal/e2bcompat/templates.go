@@ -355,7 +355,7 @@ func (s *server) translate(ctx context.Context, p service.Principal, req templat
 			if st.FilesHash == "" {
 				return model.BuildSpec{}, badRequest("%s has no filesHash", what)
 			}
-			key, err := s.copyTar(ctx, p.OrgID, st.FilesHash, args[0])
+			key, single, err := s.copyTar(ctx, p.OrgID, st.FilesHash, args[0])
 			if err != nil {
 				return model.BuildSpec{}, fmt.Errorf("%s: %w", what, err)
 			}
@@ -364,7 +364,7 @@ func (s *server) translate(ctx context.Context, p service.Principal, req templat
 				owner = args[2]
 			}
 			cp := model.BuildStep{Kind: model.StepCopy, Args: []string{args[1]}, FilesHash: key, Chown: owner, Force: st.Force,
-				Text: "COPY " + args[0] + " " + args[1]}
+				ToFile: single && !strings.HasSuffix(args[1], "/"), Text: "COPY " + args[0] + " " + args[1]}
 			if len(args) > 3 && args[3] != "" {
 				cp.Chmod = args[3]
 			}
@@ -388,60 +388,73 @@ func (s *server) translate(ctx context.Context, p service.Principal, req templat
 // copyTar rewrites the SDK's tar of one COPY (uploaded as hash; paths as
 // in the context directory) into a build file whose paths are relative to
 // the destination, as Docker's COPY places them: a file by its base
-// name, a directory's contents under it; and returns its key. The key
-// follows from hash and src, so a build started again reuses it.
-func (s *server) copyTar(ctx context.Context, orgID, hash, src string) (string, error) {
+// name, a directory's contents under it; and returns its key and whether
+// src is one file (the destination then names the file, unless it ends
+// in "/": model.BuildStep.ToFile). The key follows from hash and src, so
+// a build started again reuses it.
+func (s *server) copyTar(ctx context.Context, orgID, hash, src string) (string, bool, error) {
 	sum := sha256.Sum256([]byte(hash + "\x00" + src))
 	key := "e2b-" + hex.EncodeToString(sum[:20])
-	if ok, err := s.svc.HasBuildFile(ctx, orgID, key); err != nil || ok {
-		return key, err
-	}
 	f, err := s.svc.OpenBuildFile(ctx, orgID, hash)
 	if errors.Is(err, model.ErrNotFound) {
-		return "", model.Errorf(model.ErrUnprocessable, "the files of %s (hash %s) were not uploaded; upload them first", src, hash)
+		return "", false, model.Errorf(model.ErrUnprocessable, "the files of %s (hash %s) were not uploaded; upload them first", src, hash)
 	}
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	in, err := f.Open()
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	defer in.Close()
+	if ok, err := s.svc.HasBuildFile(ctx, orgID, key); err != nil {
+		return "", false, err
+	} else if ok {
+		single, err := rewriteCopyTar(in, io.Discard, src)
+		return key, single, err
+	}
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(rewriteCopyTar(in, pw, src)) }()
+	var single bool
+	go func() {
+		var err error
+		single, err = rewriteCopyTar(in, pw, src)
+		pw.CloseWithError(err)
+	}()
 	_, _, err = s.svc.PutBuildFile(ctx, orgID, key, pr, false)
 	pr.Close()
 	if err != nil {
-		return "", fmt.Errorf("rewrite the files of %s: %w", src, err)
+		return "", false, fmt.Errorf("rewrite the files of %s: %w", src, err)
 	}
-	return key, nil
+	return key, single, nil
 }
 
 // rewriteCopyTar copies the entries of the tar (gzip'ed or not) r under
-// src to w, gzip'ed, renamed relative to the COPY's destination.
-func rewriteCopyTar(r io.Reader, w io.Writer, src string) error {
+// src to w, gzip'ed, renamed relative to the COPY's destination, and
+// reports whether src is one regular file.
+func rewriteCopyTar(r io.Reader, w io.Writer, src string) (bool, error) {
 	br, err := maybeGunzip(r)
 	if err != nil {
-		return err
+		return false, err
 	}
 	src = strings.TrimSuffix(path.Clean(strings.TrimPrefix(src, "./")), "/")
 	zw, _ := gzip.NewWriterLevel(w, gzip.BestSpeed)
 	tw := tar.NewWriter(zw)
 	tr := tar.NewReader(br)
-	n := 0
+	n, single := 0, false
 	for {
 		hd, err := tr.Next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("read the uploaded tar: %w", err)
+			return false, fmt.Errorf("read the uploaded tar: %w", err)
 		}
-		name, ok := copyName(path.Clean(strings.TrimPrefix(hd.Name, "./")), src, hd.Typeflag == tar.TypeDir)
+		clean := path.Clean(strings.TrimPrefix(hd.Name, "./"))
+		name, ok := copyName(clean, src, hd.Typeflag == tar.TypeDir)
 		if !ok {
 			continue
 		}
+		single = n == 0 && clean == src && (hd.Typeflag == tar.TypeReg || hd.Typeflag == tar.TypeSymlink)
 		hd.Name = name
 		if hd.Typeflag == tar.TypeDir {
 			hd.Name += "/"
@@ -454,20 +467,20 @@ func rewriteCopyTar(r io.Reader, w io.Writer, src string) error {
 			hd.Linkname = ln
 		}
 		if err := tw.WriteHeader(hd); err != nil {
-			return err
+			return false, err
 		}
 		if _, err := io.Copy(tw, tr); err != nil {
-			return err
+			return false, err
 		}
 		n++
 	}
 	if n == 0 {
-		return model.Errorf(model.ErrUnprocessable, "the uploaded files hold nothing under %q", src)
+		return false, model.Errorf(model.ErrUnprocessable, "the uploaded files hold nothing under %q", src)
 	}
 	if err := tw.Close(); err != nil {
-		return err
+		return false, err
 	}
-	return zw.Close()
+	return single && n == 1, zw.Close()
 }
 
 // copyName places name (a path in the context) for a COPY of src: the

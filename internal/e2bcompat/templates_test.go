@@ -61,6 +61,17 @@ func untar(t *testing.T, b []byte) map[string]string {
 	}
 }
 
+// buildWorker gives worker w1 the power to build (its data plane is the
+// env's stand-in).
+func (e *env) buildWorker() {
+	e.t.Helper()
+	now := time.Now().UTC()
+	if err := e.st.UpsertWorker(e.ctx, model.Worker{ID: "w1", DataPlaneURL: e.dp.URL, InternalURL: e.dp.URL, Runtimes: []model.RuntimeInfo{{Name: "gvisor", Caps: model.RuntimeCaps{Build: true}}},
+		Templates: []string{baseDigest}, CapacityMiB: 8192, CapacityVCPUs: 8, LastHeartbeat: now, CreatedAt: now}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
 // TestCopyName: where an E2B COPY's files land, relative to the
 // destination, as Docker's COPY places them.
 func TestCopyName(t *testing.T) {
@@ -94,11 +105,12 @@ func TestCopyName(t *testing.T) {
 // recipe and the rewritten files. Then aliases and tags.
 func TestTemplateBuild(t *testing.T) {
 	e := newEnv(t)
+	e.buildWorker()
 	digest := "sha256:" + strings.Repeat("5", 64)
 	got := make(chan workerapi.BuildRequest, 1)
 	gotFiles := make(chan map[string][]byte, 1)
 	e.dpHook = func(w http.ResponseWriter, r *http.Request) bool {
-		if r.URL.Path != workerapi.PathBuilds {
+		if !strings.HasPrefix(r.URL.Path, "/v1/builds/") {
 			return false
 		}
 		tr := tar.NewReader(r.Body)
@@ -186,8 +198,9 @@ func TestTemplateBuild(t *testing.T) {
 	body := fmt.Sprintf(`{"fromTemplate":"base","force":false,"startCmd":"sleep infinity","readyCmd":"true","steps":[
 		{"type":"RUN","args":["apt-get update","root"],"force":false},
 		{"type":"COPY","args":["ctx","/app/","",""],"filesHash":%q,"force":false},
+		{"type":"COPY","args":["ctx/hello.txt","/etc/greeting","root","0600"],"filesHash":%q,"force":false},
 		{"type":"ENV","args":["A","1","B","2"],"force":false},
-		{"type":"RUN","args":["echo hi"],"force":true}]}`, hash)
+		{"type":"RUN","args":["echo hi"],"force":true}]}`, hash, hash)
 	if r := e.do("POST", "/v2/templates/myapp/builds/"+rq.BuildID, body); r.status != 202 {
 		t.Fatalf("start = %d %s", r.status, r.body)
 	}
@@ -197,17 +210,24 @@ func TestTemplateBuild(t *testing.T) {
 	for _, s := range wreq.Spec.Steps {
 		kinds = append(kinds, s.Kind+" "+strings.Join(s.Args, ","))
 	}
-	want := []string{"USER root", "RUN apt-get update", "USER user", "COPY /app/", "ENV A,1,B,2", "RUN echo hi"}
+	want := []string{"USER root", "RUN apt-get update", "USER user", "COPY /app/", "COPY /etc/greeting", "ENV A,1,B,2", "RUN echo hi"}
 	if !slices.Equal(kinds, want) || wreq.Spec.From != "base" || wreq.FromDigest != baseDigest || wreq.Spec.Name != "myapp" || wreq.Spec.Tag != "latest" ||
-		wreq.Spec.StartCmd != "sleep infinity" || !wreq.Spec.Steps[5].Force {
+		wreq.Spec.StartCmd != "sleep infinity" || !wreq.Spec.Steps[6].Force {
 		t.Fatalf("the worker got %+v (steps %q)", wreq.Spec, kinds)
 	}
 	cp := wreq.Spec.Steps[3]
-	if cp.Chown != "user" || cp.FilesHash == hash {
+	if cp.Chown != "user" || cp.FilesHash == hash || cp.ToFile {
 		t.Fatalf("COPY step = %+v; want owner user and a rewritten file", cp)
 	}
 	if tree := untar(t, files[cp.FilesHash]); len(tree) != 2 || tree["hello.txt"] != "hello from the context\n" || tree["sub/x.txt"] != "x" {
 		t.Fatalf("the rewritten COPY files = %v", tree)
+	}
+	one := wreq.Spec.Steps[4]
+	if one.Chown != "root" || one.Chmod != "0600" || !one.ToFile {
+		t.Fatalf("single-file COPY step = %+v; want owner root, mode 0600, to_file", one)
+	}
+	if tree := untar(t, files[one.FilesHash]); len(tree) != 1 || tree["hello.txt"] != "hello from the context\n" {
+		t.Fatalf("the single-file COPY's files = %v", tree)
 	}
 
 	// Poll as the SDKs do: logsOffset += entries, until ready and no more entries.
@@ -257,6 +277,7 @@ func TestTemplateBuild(t *testing.T) {
 // TestTemplateBuildRefused: E2B-side refusals, in E2B's error shape.
 func TestTemplateBuildRefused(t *testing.T) {
 	e := newEnv(t)
+	e.buildWorker()
 	var rq templateRequestResponse
 	e.do("POST", "/v3/templates", `{"name":"img:v2"}`).json(t, &rq)
 	if rq.TemplateID != "img" || !slices.Equal(rq.Tags, []string{"v2"}) {

@@ -47,7 +47,7 @@ import (
 // Bounds and defaults of builds.
 const (
 	// BuildRuntime is the runtime whose workers run builds (RUN steps run
-	// in a gVisor sandbox of the parent).
+	// in a gVisor sandbox of the parent); it must declare Caps.Build.
 	BuildRuntime = "gvisor"
 	// MaxBuildEventsPage bounds one answer of BuildEvents.
 	MaxBuildEventsPage = 1000
@@ -439,7 +439,8 @@ func (s *Service) prepareBuild(ctx context.Context, p Principal, id string, spec
 	if err != nil {
 		return prepared{}, fmt.Errorf("list sandboxes: %w", err)
 	}
-	req := scheduler.Request{Runtime: BuildRuntime, TemplateDigest: from.Digest, Resources: model.Resources{VCPUs: DefaultVCPUs, MemoryMiB: DefaultMemoryMiB}}
+	req := scheduler.Request{Runtime: BuildRuntime, Needs: model.RuntimeCaps{Build: true}, TemplateDigest: from.Digest,
+		Resources: model.Resources{VCPUs: DefaultVCPUs, MemoryMiB: DefaultMemoryMiB}}
 	wid, err := s.placer().Place(scheduler.Cluster{Workers: workers, Load: scheduler.LoadOf(sbs), Now: s.now()}, req)
 	if err != nil {
 		return prepared{}, model.Errorf(model.ErrUnavailable, "no worker can build from %s: %v", spec.From, err)
