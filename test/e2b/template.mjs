@@ -29,8 +29,8 @@ if (!process.env.E2B_API_URL || !process.env.E2B_API_KEY) {
     const name = `sdk-js-${RUN}`
     const template = Template({ fileContextPath: ctx })
       .fromTemplate('base')
-      .runCmd(`echo built-by-run-${RUN} > /tmp/marker`)
-      .runCmd('id -un > /tmp/run-as-root', { user: 'root' })
+      .runCmd(`echo built-by-run-${RUN} > /home/user/marker`)
+      .runCmd('id -un > /opt/run-as-root', { user: 'root' })
       .copy('hello.txt', '/home/user/hello.txt')
       .copy('conf', '/opt/conf/')
       .setEnvs({ BUILT_WITH: 'e2b-js' })
@@ -42,7 +42,7 @@ if (!process.env.E2B_API_URL || !process.env.E2B_API_KEY) {
 
     const sbx = await Sandbox.create(name, { timeoutMs: 5 * 60_000 })
     try {
-      const r = await sbx.commands.run('cat /home/user/hello.txt /tmp/marker /tmp/run-as-root /opt/conf/app.ini; echo "env=$BUILT_WITH"; stat -c %U /home/user/hello.txt')
+      const r = await sbx.commands.run('cat /home/user/hello.txt /home/user/marker /opt/run-as-root /opt/conf/app.ini; echo "env=$BUILT_WITH"; stat -c %U /home/user/hello.txt')
       assert.equal(r.exitCode, 0)
       assert.equal(
         r.stdout,

@@ -32,7 +32,7 @@ def main() -> int:
     template = (
         Template(file_context_path=ctx)
         .from_template("base")
-        .run_cmd(f"echo built-by-run-{run} > /tmp/marker")
+        .run_cmd(f"echo built-by-run-{run} > /home/user/marker")
         .copy("hello.txt", "/home/user/hello.txt")
         .set_envs({"BUILT_WITH": "e2b-py"})
     )
@@ -42,7 +42,7 @@ def main() -> int:
 
     sbx = Sandbox.create(name, timeout=300)
     try:
-        r = sbx.commands.run('cat /home/user/hello.txt /tmp/marker; echo "env=$BUILT_WITH"')
+        r = sbx.commands.run('cat /home/user/hello.txt /home/user/marker; echo "env=$BUILT_WITH"')
         want = f"hello from the Python SDK {run}\nbuilt-by-run-{run}\nenv=e2b-py\n"
         assert r.exit_code == 0, r
         assert r.stdout == want, f"stdout {r.stdout!r}, want {want!r}"
