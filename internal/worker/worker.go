@@ -844,6 +844,11 @@ func (w *Worker) startOne(ctx context.Context, s workerapi.SandboxSpec) (_ runti
 		h.Close()
 		return nil, nil, "", err
 	}
+	if err := w.runStartCommand(ctx, ac, s.TemplateDigest); err != nil {
+		ac.Close()
+		h.Close()
+		return nil, nil, "", err
+	}
 	return h, ac, model.StartedBoot, nil
 }
 
