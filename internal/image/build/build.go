@@ -43,7 +43,6 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -132,80 +131,10 @@ func (b *Builder) log() *slog.Logger {
 	return slog.Default()
 }
 
-// Validate checks a recipe's form (not its parent or files): the errors
-// say what to fix and match model.ErrInvalid.
-func Validate(s model.BuildSpec) error {
-	if len(s.Steps) > model.MaxBuildSteps {
-		return model.Errorf(model.ErrInvalid, "the recipe has %d steps; at most %d", len(s.Steps), model.MaxBuildSteps)
-	}
-	if strings.TrimSpace(s.From) == "" {
-		return model.Errorf(model.ErrInvalid, "the recipe names no parent (FROM)")
-	}
-	for i, st := range s.Steps {
-		bad := func(format string, args ...any) error {
-			return model.Errorf(model.ErrInvalid, "step %d (%s): %s", i+1, st.Kind, fmt.Sprintf(format, args...))
-		}
-		for _, a := range st.Args {
-			if strings.ContainsRune(a, 0) {
-				return bad("an argument holds a NUL byte")
-			}
-		}
-		switch st.Kind {
-		case model.StepRun:
-			if len(st.Args) == 0 || (!st.Exec && len(st.Args) != 1) || strings.TrimSpace(strings.Join(st.Args, "")) == "" {
-				return bad("RUN needs one shell command, or the words of one (exec form)")
-			}
-		case model.StepCopy:
-			if len(st.Args) != 1 || !path.IsAbs(st.Args[0]) && st.Args[0] == "" {
-				return bad("COPY needs one destination directory")
-			}
-			if st.FilesHash == "" {
-				return bad("COPY names no uploaded files (files_hash)")
-			}
-			if st.Chmod != "" {
-				if _, err := parseMode(st.Chmod); err != nil {
-					return bad("%v", err)
-				}
-			}
-		case model.StepEnv:
-			if len(st.Args) == 0 || len(st.Args)%2 != 0 {
-				return bad("ENV needs name and value pairs")
-			}
-			for j := 0; j < len(st.Args); j += 2 {
-				if st.Args[j] == "" || strings.ContainsAny(st.Args[j], "= \t\n") {
-					return bad("%q is not a variable name", st.Args[j])
-				}
-			}
-		case model.StepWorkdir, model.StepUser:
-			if len(st.Args) != 1 || strings.TrimSpace(st.Args[0]) == "" {
-				return bad("%s needs one argument", st.Kind)
-			}
-		case model.StepCmd, model.StepEntrypoint:
-			if len(st.Args) == 0 && st.Exec {
-				continue // CMD [] clears it
-			}
-			if len(st.Args) == 0 {
-				return bad("%s needs a command", st.Kind)
-			}
-		default:
-			return model.Errorf(model.ErrInvalid, "step %d: unknown kind %q (RUN, COPY, ENV, WORKDIR, USER, CMD, ENTRYPOINT)", i+1, st.Kind)
-		}
-	}
-	return nil
-}
-
-func parseMode(s string) (os.FileMode, error) {
-	m, err := strconv.ParseUint(s, 8, 32)
-	if err != nil || m > 0o7777 {
-		return 0, fmt.Errorf("--chmod=%s is not an octal mode", s)
-	}
-	return os.FileMode(m), nil
-}
-
 // Build runs req and returns the template it made (in the catalog) and
 // the report of each step.
 func (b *Builder) Build(ctx context.Context, req Request, emit Emit) (model.Template, []model.BuildStepReport, error) {
-	if err := Validate(req.Spec); err != nil {
+	if err := req.Spec.Validate(); err != nil {
 		return model.Template{}, nil, err
 	}
 	if !b.mu.TryLock() {
@@ -586,7 +515,7 @@ func (b *Builder) copy(ctx context.Context, req Request, step model.BuildStep, o
 		}
 	}
 	if step.Chmod != "" {
-		m, err := parseMode(step.Chmod)
+		m, err := model.ParseMode(step.Chmod)
 		if err != nil {
 			return err
 		}
