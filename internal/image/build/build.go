@@ -31,6 +31,7 @@
 package build
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -46,6 +47,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock/airlock/internal/agentapi"
 	"github.com/airlock/airlock/internal/image"
@@ -142,6 +145,15 @@ func (b *Builder) Build(ctx context.Context, req Request, emit Emit) (model.Temp
 		b.mu.Lock()
 	}
 	defer b.mu.Unlock()
+	// And across processes on the data directory (a worker and `airlock
+	// up` of tests sharing a cache).
+	unlock, err := lockFile(filepath.Join(b.Dir, "build.lock"), func() {
+		emit(model.BuildEvent{Type: "info", Text: "waiting for a build of another process on this data directory"})
+	})
+	if err != nil {
+		return model.Template{}, nil, err
+	}
+	defer unlock()
 	b.GC(time.Now())
 	parent, err := image.ReadTemplate(b.Dir, req.FromDigest)
 	if err != nil || parent.Digest != req.FromDigest {
@@ -153,7 +165,7 @@ func (b *Builder) Build(ctx context.Context, req Request, emit Emit) (model.Temp
 	}
 	tree := image.TemplateRootFS(b.Dir, parent.Digest)
 	h := sha256.New()
-	fmt.Fprintf(h, "airlock build v1\norg %s\nfrom %s\n", req.OrgID, parent.Digest)
+	fmt.Fprintf(h, "airlock build v1\norg %s\nfrom %s\n", req.OrgID, cmp.Or(parent.SourceKey, parent.Digest))
 	key := hex.EncodeToString(h.Sum(nil))
 	emit(model.BuildEvent{Type: "step", Step: &model.BuildStepReport{Index: -1, Text: "FROM " + req.Spec.From, Cached: true, Key: key}})
 	var reports []model.BuildStepReport
@@ -226,7 +238,7 @@ func (b *Builder) Build(ctx context.Context, req Request, emit Emit) (model.Temp
 		reports = append(reports, rep)
 		tree = filepath.Join(b.entryDir(key), "rootfs")
 	}
-	t, err := b.commit(ctx, req, tree, st, parent)
+	t, err := b.commit(ctx, req, key, tree, st, parent)
 	if err != nil {
 		return model.Template{}, reports, err
 	}
@@ -537,7 +549,44 @@ func (b *Builder) copy(ctx context.Context, req Request, step model.BuildStep, o
 }
 
 // commit puts tree, with the agent, into the catalog as req's template.
-func (b *Builder) commit(ctx context.Context, req Request, tree string, st state, parent model.Template) (model.Template, error) {
+func (b *Builder) commit(ctx context.Context, req Request, key, tree string, st state, parent model.Template) (model.Template, error) {
+	cfg := &model.TemplateConfig{Env: st.Env, WorkingDir: st.WorkingDir, User: st.User, Entrypoint: st.Entrypoint, Cmd: st.Cmd,
+		StartCmd: req.Spec.StartCmd, ReadyCmd: req.Spec.ReadyCmd}
+	if cfg.User == "" && parent.Config == nil {
+		// Built on a template without a config (base): commands keep its
+		// default user.
+		cfg.User = agentapi.DefaultUser
+	}
+	tag := req.Spec.Tag
+	if tag == "" {
+		tag = "latest"
+	}
+	// The template apart from its agent: the last step's key and the config.
+	cj, _ := json.Marshal(cfg)
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\ncommit %s\n", key, cj)
+	sourceKey := "build:" + hex.EncodeToString(h.Sum(nil))
+	agentSum, err := fileSHA256(b.Agent)
+	if err != nil {
+		return model.Template{}, fmt.Errorf("the guest agent: %w", err)
+	}
+	// The same result with the same agent was committed before: its digest
+	// is known, and the tree need not be cloned and hashed again.
+	result := filepath.Join(b.cacheDir(), strings.TrimPrefix(sourceKey, "build:")+"-"+agentSum[:16]+".result")
+	if raw, err := os.ReadFile(result); err == nil {
+		if old, err := image.ReadTemplate(b.Dir, string(raw)); err == nil && old.Digest == string(raw) && !req.Spec.Force {
+			t := old
+			t.Name, t.Tag, t.CreatedAt = req.Spec.Name, tag, time.Now().UTC()
+			unlock, err := image.Lock(b.Dir)
+			if err != nil {
+				return model.Template{}, err
+			}
+			defer unlock()
+			now := time.Now()
+			os.Chtimes(result, now, now)
+			return t, image.RenameTemplate(b.Dir, t)
+		}
+	}
 	work := filepath.Join(b.Dir, "templates", ".build-"+req.ID)
 	removeTree(work)
 	if err := os.MkdirAll(work, 0o755); err != nil {
@@ -557,13 +606,6 @@ func (b *Builder) commit(ctx context.Context, req Request, tree string, st state
 	if err != nil {
 		return model.Template{}, err
 	}
-	cfg := &model.TemplateConfig{Env: st.Env, WorkingDir: st.WorkingDir, User: st.User, Entrypoint: st.Entrypoint, Cmd: st.Cmd,
-		StartCmd: req.Spec.StartCmd, ReadyCmd: req.Spec.ReadyCmd}
-	if cfg.User == "" && parent.Config == nil {
-		// Built on a template without a config (base): commands keep its
-		// default user.
-		cfg.User = agentapi.DefaultUser
-	}
 	treeDigest, size, err := image.Digest(rootfs)
 	if err != nil {
 		return model.Template{}, err
@@ -572,11 +614,7 @@ func (b *Builder) commit(ctx context.Context, req Request, tree string, st state
 	if err != nil {
 		return model.Template{}, err
 	}
-	tag := req.Spec.Tag
-	if tag == "" {
-		tag = "latest"
-	}
-	t := model.Template{Name: req.Spec.Name, Tag: tag, Digest: digest, SizeBytes: size, CreatedAt: time.Now().UTC(), Config: cfg}
+	t := model.Template{Name: req.Spec.Name, Tag: tag, Digest: digest, SizeBytes: size, CreatedAt: time.Now().UTC(), Config: cfg, SourceKey: sourceKey}
 	unlock, err := image.Lock(b.Dir)
 	if err != nil {
 		return model.Template{}, err
@@ -588,10 +626,11 @@ func (b *Builder) commit(ctx context.Context, req Request, tree string, st state
 		if err := image.RenameTemplate(b.Dir, t); err != nil {
 			return model.Template{}, err
 		}
-		return t, nil
-	}
-	if err := image.AddTemplate(b.Dir, work, t); err != nil {
+	} else if err := image.AddTemplate(b.Dir, work, t); err != nil {
 		return model.Template{}, err
+	}
+	if err := os.MkdirAll(b.cacheDir(), 0o700); err == nil {
+		os.WriteFile(result, []byte(digest), 0o600)
 	}
 	return t, nil
 }
@@ -618,7 +657,7 @@ func (b *Builder) GC(now time.Time) (removed int) {
 	}
 	for _, e := range entries {
 		dir := filepath.Join(b.cacheDir(), e.Name())
-		if strings.HasSuffix(e.Name(), ".seen") {
+		if strings.HasSuffix(e.Name(), ".seen") || strings.HasSuffix(e.Name(), ".result") {
 			if fi, err := e.Info(); err == nil && now.Sub(fi.ModTime()) >= CacheTTL {
 				os.Remove(dir)
 			}
@@ -652,4 +691,24 @@ func removeTree(dir string) {
 		return nil
 	})
 	os.RemoveAll(dir)
+}
+
+// lockFile takes an exclusive flock on p, calling waiting first when
+// another process holds it.
+func lockFile(p string, waiting func()) (func(), error) {
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("build lock: %w", err)
+	}
+	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		waiting()
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("build lock: %w", err)
+		}
+	}
+	return func() { f.Close() }, nil
 }
