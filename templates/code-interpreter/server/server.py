@@ -682,7 +682,7 @@ class Handler(BaseHTTPRequestHandler):
             return self.execute(body)
         if parts == ["contexts"]:
             language = normalize_language(body.get("language"))
-            cwd = body.get("cwd") or DEFAULT_CWD
+            cwd = body.get("cwd") or default_cwd()
             if not isinstance(cwd, str):
                 return self.send_text(400, "cwd must be a string")
             try:
