@@ -148,13 +148,22 @@ func (c *Client) do(ctx context.Context, method, path string, hdr http.Header, i
 // and returns the response of a 2xx answer, whose body the caller must
 // close; any other answer is read into an *APIError.
 func (c *Client) send(ctx context.Context, method, path string, hdr http.Header, body io.Reader, accept string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.BaseURL, "/")+path, body)
+	req, err := http.NewRequestWithContext(ctx, method, c.url(path), body)
 	if err != nil {
 		return nil, fmt.Errorf("airlock: build %s %s: %w", method, path, err)
 	}
 	for k, v := range hdr {
 		req.Header[k] = v
 	}
+	return c.sendRequest(req, accept)
+}
+
+func (c *Client) url(path string) string { return strings.TrimRight(c.BaseURL, "/") + path }
+
+// sendRequest is send of a request the caller made (its body's length
+// set, say).
+func (c *Client) sendRequest(req *http.Request, accept string) (*http.Response, error) {
+	method, path := req.Method, req.URL.Path
 	req.Header.Set("Accept", accept)
 	if c.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+c.APIKey)

@@ -524,7 +524,7 @@ func newWorker(ctx context.Context, o workerOptions) (*worker.Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("set up runsc: %w", err)
 	}
-	if _, _, err := setup.EnsureBaseTemplate(ctx, o.dataDir, agent, o.progress); err != nil {
+	if _, _, err := setup.EnsureDebianTemplate(ctx, o.dataDir, agent, o.progress); err != nil {
 		return nil, fmt.Errorf("set up the base template: %w", err)
 	}
 	drivers, err := o.runtimes(ctx, runsc, agent)

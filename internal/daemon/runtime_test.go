@@ -149,7 +149,7 @@ func TestBrokenQEMUDoesNotBlockGVisor(t *testing.T) {
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build airlock-agent: %v\n%s", err, b)
 	}
-	_, rootfs, err := setup.EnsureBaseTemplate(ctx, testCacheDir, static, io.Discard)
+	_, rootfs, err := setup.EnsureDebianTemplate(ctx, testCacheDir, static, io.Discard)
 	if err != nil {
 		t.Skipf("SKIP: needs the base template (debootstrap): %v", err)
 	}

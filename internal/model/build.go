@@ -1,6 +1,12 @@
 package model
 
-import "time"
+import (
+	"fmt"
+	"io/fs"
+	"strconv"
+	"strings"
+	"time"
+)
 
 // Template builds: a recipe (BuildSpec) turned into a template by a
 // worker's builder (internal/worker build.go), one step at a time, each
@@ -135,3 +141,74 @@ const (
 	MaxBuildEvents    = 20000     // kept per build; later output is dropped with a note
 	MaxBuildLineBytes = 8 << 10   // one output line
 )
+
+// Validate checks a recipe's form (not its parent or files): the errors
+// say what to fix and match ErrInvalid.
+func (s BuildSpec) Validate() error {
+	if len(s.Steps) > MaxBuildSteps {
+		return Errorf(ErrInvalid, "the recipe has %d steps; at most %d", len(s.Steps), MaxBuildSteps)
+	}
+	if strings.TrimSpace(s.From) == "" {
+		return Errorf(ErrInvalid, "the recipe names no parent (FROM)")
+	}
+	for i, st := range s.Steps {
+		bad := func(format string, args ...any) error {
+			return Errorf(ErrInvalid, "step %d (%s): %s", i+1, st.Kind, fmt.Sprintf(format, args...))
+		}
+		for _, a := range st.Args {
+			if strings.ContainsRune(a, 0) {
+				return bad("an argument holds a NUL byte")
+			}
+		}
+		switch st.Kind {
+		case StepRun:
+			if len(st.Args) == 0 || (!st.Exec && len(st.Args) != 1) || strings.TrimSpace(strings.Join(st.Args, "")) == "" {
+				return bad("RUN needs one shell command, or the words of one (exec form)")
+			}
+		case StepCopy:
+			if len(st.Args) != 1 || strings.TrimSpace(st.Args[0]) == "" {
+				return bad("COPY needs one destination directory")
+			}
+			if st.FilesHash == "" {
+				return bad("COPY names no uploaded files (files_hash)")
+			}
+			if st.Chmod != "" {
+				if _, err := ParseMode(st.Chmod); err != nil {
+					return bad("%v", err)
+				}
+			}
+		case StepEnv:
+			if len(st.Args) == 0 || len(st.Args)%2 != 0 {
+				return bad("ENV needs name and value pairs")
+			}
+			for j := 0; j < len(st.Args); j += 2 {
+				if st.Args[j] == "" || strings.ContainsAny(st.Args[j], "= \t\n") {
+					return bad("%q is not a variable name", st.Args[j])
+				}
+			}
+		case StepWorkdir, StepUser:
+			if len(st.Args) != 1 || strings.TrimSpace(st.Args[0]) == "" {
+				return bad("%s needs one argument", st.Kind)
+			}
+		case StepCmd, StepEntrypoint:
+			if len(st.Args) == 0 && st.Exec {
+				continue // CMD [] clears it
+			}
+			if len(st.Args) == 0 {
+				return bad("%s needs a command", st.Kind)
+			}
+		default:
+			return Errorf(ErrInvalid, "step %d: unknown kind %q (RUN, COPY, ENV, WORKDIR, USER, CMD, ENTRYPOINT)", i+1, st.Kind)
+		}
+	}
+	return nil
+}
+
+// ParseMode reads a COPY's --chmod (octal permission bits).
+func ParseMode(s string) (fs.FileMode, error) {
+	m, err := strconv.ParseUint(s, 8, 32)
+	if err != nil || m > 0o7777 {
+		return 0, fmt.Errorf("--chmod=%s is not an octal mode", s)
+	}
+	return fs.FileMode(m), nil
+}

@@ -391,6 +391,11 @@ type Template struct {
 	// Config is the defaults of an imported image for commands (nil: the
 	// agent's own, as for base); see TemplateConfig.
 	Config *TemplateConfig `json:"config,omitempty"`
+	// SourceKey names what the template is apart from the guest agent in
+	// it (which every worker build replaces): the template builder's
+	// cache keys start from it, so that a new agent does not rebuild
+	// every recipe ("": the digest stands in).
+	SourceKey string `json:"source_key,omitempty"`
 }
 
 // Worker is one host that runs sandboxes.

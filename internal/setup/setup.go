@@ -1,6 +1,6 @@
 // Package setup holds Airlock's first-run installers on a worker host: a
-// pinned, statically linked runsc (EnsureRunsc), the "base" template
-// (EnsureBaseTemplate: a debootstrap'ed Debian layer plus the agent) and,
+// pinned, statically linked runsc (EnsureRunsc), the "debian:bookworm" template
+// (EnsureDebianTemplate: a debootstrap'ed Debian layer plus the agent) and,
 // for the qemu runtime, QEMU and the Debian cloud kernel (EnsureQEMU).
 // Each caches under a data directory so later starts reuse it at once, and
 // writes progress as human lines to an io.Writer. What the installers

@@ -125,12 +125,12 @@ func TestEnsureRunscBuild(t *testing.T) {
 	t.Logf("progress:\n%s", progress.String())
 }
 
-func TestEnsureBaseTemplate(t *testing.T) {
+func TestEnsureDebianTemplate(t *testing.T) {
 	testenv.RequireRoot(t, "debootstrap, chown")
 	agentA := buildStatic(t, "agent A")
 	ctx := context.Background()
 	var progress bytes.Buffer
-	t1, root1, _, err := ensureBaseTemplate(ctx, testCacheDir, agentA, &progress)
+	t1, root1, _, err := ensureDebianTemplate(ctx, testCacheDir, agentA, &progress)
 	if err != nil {
 		t.Fatalf("first: %v\nprogress:\n%s", err, progress.String())
 	}
@@ -142,7 +142,7 @@ func TestEnsureBaseTemplate(t *testing.T) {
 	}
 
 	t.Run("fast path", func(t *testing.T) {
-		t2, root2, built, err := ensureBaseTemplate(ctx, testCacheDir, agentA, nil)
+		t2, root2, built, err := ensureDebianTemplate(ctx, testCacheDir, agentA, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -154,7 +154,7 @@ func TestEnsureBaseTemplate(t *testing.T) {
 		}
 	})
 	t.Run("contents", func(t *testing.T) {
-		if t1.Name != "base" || t1.Tag != "latest" || t1.SizeBytes < 100<<20 {
+		if t1.Name != DebianName || t1.Tag != DebianTag || t1.SizeBytes < 100<<20 {
 			t.Errorf("template = %+v", t1)
 		}
 		if root1 != image.TemplateRootFS(testCacheDir, t1.Digest) {
@@ -192,7 +192,7 @@ func TestEnsureBaseTemplate(t *testing.T) {
 	})
 	t.Run("other agent, other template, same layer", func(t *testing.T) {
 		agentB := buildStatic(t, "agent B")
-		t3, root3, built, err := ensureBaseTemplate(ctx, testCacheDir, agentB, nil)
+		t3, root3, built, err := ensureDebianTemplate(ctx, testCacheDir, agentB, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

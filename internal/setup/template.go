@@ -3,6 +3,8 @@ package setup
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,10 +20,11 @@ import (
 	"github.com/airlock/airlock/internal/model"
 )
 
-// The base template: Debian 12 minbase plus what agents commonly need.
+// The Debian template: Debian 12 minbase, the default user and the agent,
+// which the shipped recipes (templates/, base first) build on.
 const (
-	BaseName   = "base"
-	BaseTag    = "latest"
+	DebianName = "debian"
+	DebianTag  = "bookworm"
 	debianDist = "bookworm"
 	layerName  = "debian-bookworm"
 )
@@ -32,7 +35,7 @@ var debootstrapPackages = []string{"bash", "coreutils", "procps", "python3", "ca
 // guestAgentPath is where every template carries the agent.
 const guestAgentPath = "usr/local/bin/airlock-agent"
 
-// index maps the sha256 of an agent binary to the digest of the base
+// index maps the sha256 of an agent binary to the digest of the Debian
 // template built with it.
 type index struct {
 	Agents map[string]string `json:"agents"`
@@ -51,17 +54,17 @@ func readIndex(dir string) index {
 	return ix
 }
 
-// EnsureBaseTemplate returns the base template built from the cached Debian
+// EnsureDebianTemplate returns the Debian template (debian:bookworm, the parent of the shipped base recipe) built from the cached Debian
 // layer and the agent binary at agentPath, and its root filesystem
 // directory. The first call debootstraps the layer (about a minute); a call
 // with an agent already seen returns from the index without rehashing.
-func EnsureBaseTemplate(ctx context.Context, dir, agentPath string, progress io.Writer) (model.Template, string, error) {
-	t, rootfs, _, err := ensureBaseTemplate(ctx, dir, agentPath, progress)
+func EnsureDebianTemplate(ctx context.Context, dir, agentPath string, progress io.Writer) (model.Template, string, error) {
+	t, rootfs, _, err := ensureDebianTemplate(ctx, dir, agentPath, progress)
 	return t, rootfs, err
 }
 
-// ensureBaseTemplate also reports whether it built anything.
-func ensureBaseTemplate(ctx context.Context, dir, agentPath string, progress io.Writer) (t model.Template, rootfs string, built bool, err error) {
+// ensureDebianTemplate also reports whether it built anything.
+func ensureDebianTemplate(ctx context.Context, dir, agentPath string, progress io.Writer) (t model.Template, rootfs string, built bool, err error) {
 	if err := checkStatic(agentPath); err != nil {
 		// A cgo build of the agent links the C library dynamically. The Debian
 		// layer has that library, so it still runs; say so, since the agent is
@@ -70,34 +73,41 @@ func ensureBaseTemplate(ctx context.Context, dir, agentPath string, progress io.
 	}
 	agentSum, err := fileSHA256(agentPath)
 	if err != nil {
-		return t, "", false, fmt.Errorf("base template: %w", err)
+		return t, "", false, fmt.Errorf("debian template: %w", err)
 	}
-	if t, rootfs, ok := cachedTemplate(dir, agentSum); ok {
+	if t, rootfs, ok := cachedTemplate(dir, agentSum); ok && t.Name == DebianName && t.SourceKey != "" {
 		return t, rootfs, false, nil
 	}
 
 	unlock, err := lock(dir)
 	if err != nil {
-		return t, "", false, fmt.Errorf("base template: %w", err)
+		return t, "", false, fmt.Errorf("debian template: %w", err)
 	}
 	defer unlock()
 	if t, rootfs, ok := cachedTemplate(dir, agentSum); ok {
+		if t.Name != DebianName || t.SourceKey == "" {
+			// Named base by an earlier version, which shipped it as base.
+			t.Name, t.Tag, t.SourceKey = DebianName, DebianTag, layerKey(filepath.Join(dir, "cache", layerName))
+			if err := image.RenameTemplate(dir, t); err != nil {
+				return t, "", false, fmt.Errorf("debian template: %w", err)
+			}
+		}
 		return t, rootfs, false, nil
 	}
 
 	layer, err := ensureDebianLayer(ctx, dir, progress)
 	if err != nil {
-		return t, "", false, fmt.Errorf("base template: %w", err)
+		return t, "", false, fmt.Errorf("debian template: %w", err)
 	}
 	t, err = buildTemplate(ctx, dir, layer, agentPath, progress)
 	if err != nil {
-		return t, "", false, fmt.Errorf("base template: %w", err)
+		return t, "", false, fmt.Errorf("debian template: %w", err)
 	}
 	ix := readIndex(dir)
 	ix.Agents[agentSum] = t.Digest
 	b, _ := json.MarshalIndent(ix, "", "  ")
 	if err := writeFileAtomic(indexPath(dir), b, 0o644); err != nil {
-		return t, "", false, fmt.Errorf("base template: write index: %w", err)
+		return t, "", false, fmt.Errorf("debian template: write index: %w", err)
 	}
 	return t, image.TemplateRootFS(dir, t.Digest), true, nil
 }
@@ -302,7 +312,7 @@ func buildTemplate(ctx context.Context, dir, layer, agentPath string, progress i
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return t, err
 	}
-	progressf(progress, "template: assembling %s:%s", BaseName, BaseTag)
+	progressf(progress, "template: assembling %s:%s", DebianName, DebianTag)
 	rootfs := filepath.Join(tmp, "rootfs")
 	if out, err := exec.CommandContext(ctx, "cp", "-al", layer, rootfs).CombinedOutput(); err != nil {
 		return t, fmt.Errorf("hardlink-copy layer: %w: %s", err, strings.TrimSpace(string(out)))
@@ -324,15 +334,22 @@ func buildTemplate(ctx context.Context, dir, layer, agentPath string, progress i
 	if err != nil {
 		return t, err
 	}
-	t = model.Template{Name: BaseName, Tag: BaseTag, Digest: digest, SizeBytes: size, CreatedAt: time.Now().UTC()}
+	t = model.Template{Name: DebianName, Tag: DebianTag, Digest: digest, SizeBytes: size, CreatedAt: time.Now().UTC(), SourceKey: layerKey(layer)}
 	if existing, err := image.ReadTemplate(dir, digest); err == nil && existing.Digest == digest {
 		progressf(progress, "template: %s already present", digest)
+		if existing.Name != t.Name || existing.Tag != t.Tag || existing.SourceKey != t.SourceKey {
+			// Named base by an earlier version, which shipped it as base.
+			existing.Name, existing.Tag, existing.SourceKey = t.Name, t.Tag, t.SourceKey
+			if err := image.RenameTemplate(dir, existing); err != nil {
+				return t, err
+			}
+		}
 		return existing, nil
 	}
 	if err := image.AddTemplate(dir, tmp, t); err != nil {
 		return t, err
 	}
-	progressf(progress, "template: %s:%s is %s (%d MiB)", BaseName, BaseTag, digest, size>>20)
+	progressf(progress, "template: %s:%s is %s (%d MiB)", DebianName, DebianTag, digest, size>>20)
 	return t, nil
 }
 
@@ -358,4 +375,13 @@ func copyFile(src, dst string, perm os.FileMode) error {
 		return err
 	}
 	return os.Lchown(dst, 0, 0)
+}
+
+// layerKey names the Debian layer apart from any agent: its package list
+// and when it was made (it is made once per data directory).
+func layerKey(layer string) string {
+	done, _ := os.ReadFile(layer + ".done")
+	h := sha256.New()
+	fmt.Fprintf(h, "debootstrap %s minbase\npackages %s\nmade %s\n", debianDist, strings.Join(debootstrapPackages, ","), strings.TrimSpace(string(done)))
+	return "debootstrap:" + hex.EncodeToString(h.Sum(nil))
 }

@@ -86,7 +86,7 @@ func (w *Worker) handleBuild(rw http.ResponseWriter, r *http.Request) {
 			flusher.Flush()
 		}
 	}
-	runner := &buildRunner{w: w, runtime: rt, policy: req.Network}
+	runner := &buildRunner{w: w, runtime: rt, policy: req.Network, egress: req.Egress}
 	t, _, err := w.cfg.Builder.Build(r.Context(), build.Request{ID: id, OrgID: req.OrgID, Spec: req.Spec, FromDigest: req.FromDigest, Files: files, Runner: runner}, emit)
 	if err != nil {
 		w.log.Info("template build failed", "build", id, "err", err)
@@ -166,6 +166,7 @@ type buildRunner struct {
 	w       *Worker
 	runtime string
 	policy  *model.SandboxNetwork
+	egress  *workerapi.Egress // the org's CA and secrets for its gateway
 }
 
 func (b *buildRunner) Run(ctx context.Context, rootfs string, p agentapi.ProcessSpec, out func(stream string, line []byte)) (exit agentapi.Exit, err error) {
@@ -176,10 +177,12 @@ func (b *buildRunner) Run(ctx context.Context, rootfs string, p agentapi.Process
 	if policy == nil {
 		policy = noEgress
 	}
+	w.setBuildEgress(id, b.egress)
 	defer func() {
 		if derr := w.deleteRuntime(context.WithoutCancel(ctx), id); derr != nil {
 			err = errors.Join(err, fmt.Errorf("release the step's sandbox: %w", derr))
 		}
+		w.setBuildEgress(id, nil)
 	}()
 	sctx, cancel := context.WithTimeout(ctx, StartTimeout)
 	h, err := w.startRuntime(sctx, spec, policy)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock/airlock/internal/agentapi"
 	"github.com/airlock/airlock/internal/image"
 	"github.com/airlock/airlock/internal/image/build"
 	"github.com/airlock/airlock/internal/model"
@@ -286,4 +287,58 @@ func read2(t *testing.T, dir, digest, p string) string {
 		return "<" + err.Error() + ">"
 	}
 	return string(b)
+}
+
+// TestTemplateStartCommand builds templates with START/READY and starts
+// sandboxes from them: the start command runs and the sandbox is running
+// only once the ready command passed (the server it starts answers); a
+// start command that dies fails the start with its exit in the reason,
+// and the sandbox is released.
+func TestTemplateStartCommand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots gVisor sandboxes")
+	}
+	e := newBuildEnv(t)
+	ctx := testContext(t)
+	good := model.BuildSpec{Name: "svc", From: "base", Steps: []model.BuildStep{
+		{Kind: model.StepRun, Args: []string{"mkdir -p /srv && echo served > /srv/index.html"}},
+	},
+		StartCmd: "sleep 0.5; exec python3 -m http.server 8000 --bind 127.0.0.1 --directory /srv",
+		ReadyCmd: `python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/index.html')"`,
+	}
+	evs, err := e.build(t, good, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := newSandboxID()
+	e.srv.assign(id, doneDigest(t, evs), model.StateRunning)
+	e.srv.waitObserved(ctx, id, model.StateRunning)
+	ac, _, err := e.tw.w.agentFor(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := ac.GetProcess(ctx, StartCommandID)
+	if err != nil || !info.Running {
+		t.Fatalf("start command: %+v, %v", info, err)
+	}
+	exit, out, err := runToExit(ctx, ac, agentapi.ProcessSpec{ID: "probe", Argv: []string{"python3", "-c", "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:8000/index.html').read().decode())"}})
+	if err != nil || exit.ExitCode != 0 || strings.TrimSpace(out) != "served" {
+		t.Errorf("the started server: exit %+v, out %q, %v", exit, out, err)
+	}
+	e.srv.assign(id, doneDigest(t, evs), model.StateDeleted)
+	e.srv.waitObserved(ctx, id, model.StateDeleted)
+
+	bad := model.BuildSpec{Name: "dies", From: "base", StartCmd: "exit 5", ReadyCmd: "false"}
+	evs, err = e.build(t, bad, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id2 := newSandboxID()
+	e.srv.assign(id2, doneDigest(t, evs), model.StateRunning)
+	o := e.srv.waitObserved(ctx, id2, model.StateFailed)
+	if !strings.Contains(o.Reason, "start command exited (5)") {
+		t.Errorf("failed start reason = %q", o.Reason)
+	}
+	e.srv.assign(id2, doneDigest(t, evs), model.StateDeleted)
+	e.srv.waitObserved(ctx, id2, model.StateDeleted)
 }

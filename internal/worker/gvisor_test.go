@@ -57,7 +57,7 @@ func baseTemplate(t testing.TB) (model.Template, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	tmpl, rootfs, err := setup.EnsureBaseTemplate(ctx, testCacheDir, buildAgent(t), io.Discard)
+	tmpl, rootfs, err := setup.EnsureDebianTemplate(ctx, testCacheDir, buildAgent(t), io.Discard)
 	if err != nil {
 		t.Skipf("needs the base template (debootstrap): %v", err)
 	}

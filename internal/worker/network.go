@@ -115,7 +115,25 @@ func (w *Worker) networkPolicy(id string) *model.SandboxNetwork {
 func (w *Worker) egressOf(id string) *workerapi.Egress {
 	w.egressMu.Lock()
 	defer w.egressMu.Unlock()
-	return w.egress[id]
+	if eg, ok := w.egress[id]; ok {
+		return eg
+	}
+	return w.buildEgress[id]
+}
+
+// setBuildEgress records (eg non-nil) or forgets the interception
+// material of a build step's sandbox id, which no assignment carries.
+func (w *Worker) setBuildEgress(id string, eg *workerapi.Egress) {
+	w.egressMu.Lock()
+	defer w.egressMu.Unlock()
+	if eg == nil {
+		delete(w.buildEgress, id)
+		return
+	}
+	if w.buildEgress == nil {
+		w.buildEgress = map[string]*workerapi.Egress{}
+	}
+	w.buildEgress[id] = eg
 }
 
 // recordEgress keeps the assignments' interception material (in memory

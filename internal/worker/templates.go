@@ -118,6 +118,11 @@ func (w *Worker) buildTemplateImage(ctx context.Context, s workerapi.SandboxSpec
 	}
 	ac := newAgentClient(h)
 	err = ac.WaitReady(ctx)
+	if err == nil {
+		// The image holds the template's start command running, its
+		// ready command passed: a restore skips both.
+		err = w.runStartCommand(ctx, ac, s.TemplateDigest)
+	}
 	ac.Close()
 	h.Close()
 	if err != nil {

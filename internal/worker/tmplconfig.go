@@ -8,9 +8,16 @@ package worker
 // of this (tokens carry the command as the client gave it).
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
 	"maps"
+	"strings"
 	"sync"
+	"time"
 
+	"github.com/airlock/airlock/internal/agentapi"
+	"github.com/airlock/airlock/internal/agentclient"
 	"github.com/airlock/airlock/internal/model"
 )
 
@@ -81,4 +88,100 @@ func templateEnv(cfg *model.TemplateConfig, env map[string]string) map[string]st
 	}
 	maps.Copy(tenv, env)
 	return tenv
+}
+
+// Start and ready commands (model.TemplateConfig.StartCmd, ReadyCmd): a
+// sandbox booted from a template that has them runs the start command in
+// the background, as the template's user in its working directory with its
+// env, and then the ready command until it exits 0 (every
+// readyPollInterval, up to ReadyTimeout) before it counts as running; a
+// sandbox restored from a template image or a snapshot has its start
+// command running already. The start command's output is the command
+// "template-start" of the sandbox (`airlock exec`-visible, like any other).
+const (
+	ReadyTimeout      = 2 * time.Minute
+	readyPollInterval = 100 * time.Millisecond
+	// StartCommandID is the agent's id of a template's start command.
+	StartCommandID = "template-start"
+)
+
+// runStartCommand starts digest's start command in the sandbox ac talks to
+// and waits for its ready command; nothing to do without a start or ready
+// command.
+func (w *Worker) runStartCommand(ctx context.Context, ac *agentclient.Client, digest string) error {
+	cfg := w.templateConfig(digest)
+	if cfg == nil || (cfg.StartCmd == "" && cfg.ReadyCmd == "") {
+		return nil
+	}
+	spec := func(id, cmd string) agentapi.ProcessSpec {
+		c, env := withTemplateDefaults(cfg, model.CommandSpec{}, nil)
+		return agentapi.ProcessSpec{ID: id, Argv: []string{"/bin/sh", "-c", cmd}, Env: env, Cwd: c.Cwd, User: c.User}
+	}
+	if cfg.StartCmd != "" {
+		if _, err := ac.StartProcess(ctx, spec(StartCommandID, cfg.StartCmd)); err != nil {
+			return fmt.Errorf("template start command: %w", err)
+		}
+	}
+	if cfg.ReadyCmd == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, ReadyTimeout)
+	defer cancel()
+	var last string
+	for n := 1; ; n++ {
+		exit, out, err := runToExit(ctx, ac, spec(fmt.Sprintf("template-ready-%d", n), cfg.ReadyCmd))
+		if err == nil && exit.ExitCode == 0 && exit.Error == "" {
+			return nil
+		}
+		if err != nil {
+			last = err.Error()
+		} else {
+			last = fmt.Sprintf("exit %d: %s", exit.ExitCode, strings.TrimSpace(out))
+		}
+		if info, err := ac.GetProcess(ctx, StartCommandID); err == nil && !info.Running && cfg.StartCmd != "" {
+			code := -1
+			if info.ExitCode != nil {
+				code = *info.ExitCode
+			}
+			return fmt.Errorf("the template's start command exited (%d) before its ready command passed (%s)", code, last)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the template's ready command did not pass within %s (last: %s)", ReadyTimeout, last)
+		case <-time.After(readyPollInterval):
+		}
+	}
+}
+
+// runToExit runs p to its end and returns its exit and the last 2 KiB of
+// its output.
+func runToExit(ctx context.Context, ac *agentclient.Client, p agentapi.ProcessSpec) (agentapi.Exit, string, error) {
+	var exit agentapi.Exit
+	if _, err := ac.StartProcess(ctx, p); err != nil {
+		return exit, "", err
+	}
+	s, err := ac.Output(ctx, p.ID, 0)
+	if err != nil {
+		return exit, "", err
+	}
+	defer s.Close()
+	var tail []byte
+	for {
+		kind, payload, err := s.Next()
+		if err != nil {
+			return exit, string(tail), err
+		}
+		switch kind {
+		case agentapi.FrameStdout, agentapi.FrameStderr:
+			tail = append(tail, payload...)
+			if len(tail) > 2048 {
+				tail = tail[len(tail)-2048:]
+			}
+		case agentapi.FrameExit:
+			err := json.Unmarshal(payload, &exit)
+			return exit, string(tail), err
+		case agentapi.FrameError:
+			return exit, string(tail), fmt.Errorf("%s", payload)
+		}
+	}
 }

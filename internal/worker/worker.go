@@ -233,8 +233,9 @@ type Worker struct {
 	kick chan struct{} // observed state changed: sync now
 	// egress is the assignments' interception material by sandbox id
 	// (recordEgress), in memory only.
-	egressMu sync.Mutex
-	egress   map[string]*workerapi.Egress
+	egressMu    sync.Mutex
+	egress      map[string]*workerapi.Egress
+	buildEgress map[string]*workerapi.Egress // build steps' sandboxes (build.go)
 	// stateCh is closed and replaced on every change of a sandbox's state
 	// (guarded by stateMu), for data-plane requests waiting on one.
 	stateMu  sync.Mutex
@@ -840,6 +841,11 @@ func (w *Worker) startOne(ctx context.Context, s workerapi.SandboxSpec) (_ runti
 	}
 	ac := newAgentClient(h)
 	if err := ac.WaitReady(sctx); err != nil {
+		ac.Close()
+		h.Close()
+		return nil, nil, "", err
+	}
+	if err := w.runStartCommand(ctx, ac, s.TemplateDigest); err != nil {
 		ac.Close()
 		h.Close()
 		return nil, nil, "", err

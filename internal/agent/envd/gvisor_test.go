@@ -47,7 +47,7 @@ func startGVisor(t *testing.T) *sandbox {
 	if err != nil {
 		t.Skipf("needs runsc (set %s or install Go to build it): %v", setup.RunscEnv, err)
 	}
-	_, rootfs, err := setup.EnsureBaseTemplate(ctx, testCacheDir, bin, tLog{t})
+	_, rootfs, err := setup.EnsureDebianTemplate(ctx, testCacheDir, bin, tLog{t})
 	if err != nil {
 		t.Fatalf("base template: %v", err)
 	}

@@ -31,6 +31,7 @@
 package build
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -43,10 +44,11 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock/airlock/internal/agentapi"
 	"github.com/airlock/airlock/internal/image"
@@ -132,80 +134,10 @@ func (b *Builder) log() *slog.Logger {
 	return slog.Default()
 }
 
-// Validate checks a recipe's form (not its parent or files): the errors
-// say what to fix and match model.ErrInvalid.
-func Validate(s model.BuildSpec) error {
-	if len(s.Steps) > model.MaxBuildSteps {
-		return model.Errorf(model.ErrInvalid, "the recipe has %d steps; at most %d", len(s.Steps), model.MaxBuildSteps)
-	}
-	if strings.TrimSpace(s.From) == "" {
-		return model.Errorf(model.ErrInvalid, "the recipe names no parent (FROM)")
-	}
-	for i, st := range s.Steps {
-		bad := func(format string, args ...any) error {
-			return model.Errorf(model.ErrInvalid, "step %d (%s): %s", i+1, st.Kind, fmt.Sprintf(format, args...))
-		}
-		for _, a := range st.Args {
-			if strings.ContainsRune(a, 0) {
-				return bad("an argument holds a NUL byte")
-			}
-		}
-		switch st.Kind {
-		case model.StepRun:
-			if len(st.Args) == 0 || (!st.Exec && len(st.Args) != 1) || strings.TrimSpace(strings.Join(st.Args, "")) == "" {
-				return bad("RUN needs one shell command, or the words of one (exec form)")
-			}
-		case model.StepCopy:
-			if len(st.Args) != 1 || !path.IsAbs(st.Args[0]) && st.Args[0] == "" {
-				return bad("COPY needs one destination directory")
-			}
-			if st.FilesHash == "" {
-				return bad("COPY names no uploaded files (files_hash)")
-			}
-			if st.Chmod != "" {
-				if _, err := parseMode(st.Chmod); err != nil {
-					return bad("%v", err)
-				}
-			}
-		case model.StepEnv:
-			if len(st.Args) == 0 || len(st.Args)%2 != 0 {
-				return bad("ENV needs name and value pairs")
-			}
-			for j := 0; j < len(st.Args); j += 2 {
-				if st.Args[j] == "" || strings.ContainsAny(st.Args[j], "= \t\n") {
-					return bad("%q is not a variable name", st.Args[j])
-				}
-			}
-		case model.StepWorkdir, model.StepUser:
-			if len(st.Args) != 1 || strings.TrimSpace(st.Args[0]) == "" {
-				return bad("%s needs one argument", st.Kind)
-			}
-		case model.StepCmd, model.StepEntrypoint:
-			if len(st.Args) == 0 && st.Exec {
-				continue // CMD [] clears it
-			}
-			if len(st.Args) == 0 {
-				return bad("%s needs a command", st.Kind)
-			}
-		default:
-			return model.Errorf(model.ErrInvalid, "step %d: unknown kind %q (RUN, COPY, ENV, WORKDIR, USER, CMD, ENTRYPOINT)", i+1, st.Kind)
-		}
-	}
-	return nil
-}
-
-func parseMode(s string) (os.FileMode, error) {
-	m, err := strconv.ParseUint(s, 8, 32)
-	if err != nil || m > 0o7777 {
-		return 0, fmt.Errorf("--chmod=%s is not an octal mode", s)
-	}
-	return os.FileMode(m), nil
-}
-
 // Build runs req and returns the template it made (in the catalog) and
 // the report of each step.
 func (b *Builder) Build(ctx context.Context, req Request, emit Emit) (model.Template, []model.BuildStepReport, error) {
-	if err := Validate(req.Spec); err != nil {
+	if err := req.Spec.Validate(); err != nil {
 		return model.Template{}, nil, err
 	}
 	if !b.mu.TryLock() {
@@ -213,6 +145,15 @@ func (b *Builder) Build(ctx context.Context, req Request, emit Emit) (model.Temp
 		b.mu.Lock()
 	}
 	defer b.mu.Unlock()
+	// And across processes on the data directory (a worker and `airlock
+	// up` of tests sharing a cache).
+	unlock, err := lockFile(filepath.Join(b.Dir, "build.lock"), func() {
+		emit(model.BuildEvent{Type: "info", Text: "waiting for a build of another process on this data directory"})
+	})
+	if err != nil {
+		return model.Template{}, nil, err
+	}
+	defer unlock()
 	b.GC(time.Now())
 	parent, err := image.ReadTemplate(b.Dir, req.FromDigest)
 	if err != nil || parent.Digest != req.FromDigest {
@@ -224,7 +165,7 @@ func (b *Builder) Build(ctx context.Context, req Request, emit Emit) (model.Temp
 	}
 	tree := image.TemplateRootFS(b.Dir, parent.Digest)
 	h := sha256.New()
-	fmt.Fprintf(h, "airlock build v1\norg %s\nfrom %s\n", req.OrgID, parent.Digest)
+	fmt.Fprintf(h, "airlock build v1\norg %s\nfrom %s\n", req.OrgID, cmp.Or(parent.SourceKey, parent.Digest))
 	key := hex.EncodeToString(h.Sum(nil))
 	emit(model.BuildEvent{Type: "step", Step: &model.BuildStepReport{Index: -1, Text: "FROM " + req.Spec.From, Cached: true, Key: key}})
 	var reports []model.BuildStepReport
@@ -297,7 +238,7 @@ func (b *Builder) Build(ctx context.Context, req Request, emit Emit) (model.Temp
 		reports = append(reports, rep)
 		tree = filepath.Join(b.entryDir(key), "rootfs")
 	}
-	t, err := b.commit(ctx, req, tree, st, parent)
+	t, err := b.commit(ctx, req, key, tree, st, parent)
 	if err != nil {
 		return model.Template{}, reports, err
 	}
@@ -586,7 +527,7 @@ func (b *Builder) copy(ctx context.Context, req Request, step model.BuildStep, o
 		}
 	}
 	if step.Chmod != "" {
-		m, err := parseMode(step.Chmod)
+		m, err := model.ParseMode(step.Chmod)
 		if err != nil {
 			return err
 		}
@@ -608,7 +549,44 @@ func (b *Builder) copy(ctx context.Context, req Request, step model.BuildStep, o
 }
 
 // commit puts tree, with the agent, into the catalog as req's template.
-func (b *Builder) commit(ctx context.Context, req Request, tree string, st state, parent model.Template) (model.Template, error) {
+func (b *Builder) commit(ctx context.Context, req Request, key, tree string, st state, parent model.Template) (model.Template, error) {
+	cfg := &model.TemplateConfig{Env: st.Env, WorkingDir: st.WorkingDir, User: st.User, Entrypoint: st.Entrypoint, Cmd: st.Cmd,
+		StartCmd: req.Spec.StartCmd, ReadyCmd: req.Spec.ReadyCmd}
+	if cfg.User == "" && parent.Config == nil {
+		// Built on a template without a config (base): commands keep its
+		// default user.
+		cfg.User = agentapi.DefaultUser
+	}
+	tag := req.Spec.Tag
+	if tag == "" {
+		tag = "latest"
+	}
+	// The template apart from its agent: the last step's key and the config.
+	cj, _ := json.Marshal(cfg)
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\ncommit %s\n", key, cj)
+	sourceKey := "build:" + hex.EncodeToString(h.Sum(nil))
+	agentSum, err := fileSHA256(b.Agent)
+	if err != nil {
+		return model.Template{}, fmt.Errorf("the guest agent: %w", err)
+	}
+	// The same result with the same agent was committed before: its digest
+	// is known, and the tree need not be cloned and hashed again.
+	result := filepath.Join(b.cacheDir(), strings.TrimPrefix(sourceKey, "build:")+"-"+agentSum[:16]+".result")
+	if raw, err := os.ReadFile(result); err == nil {
+		if old, err := image.ReadTemplate(b.Dir, string(raw)); err == nil && old.Digest == string(raw) && !req.Spec.Force {
+			t := old
+			t.Name, t.Tag, t.CreatedAt = req.Spec.Name, tag, time.Now().UTC()
+			unlock, err := image.Lock(b.Dir)
+			if err != nil {
+				return model.Template{}, err
+			}
+			defer unlock()
+			now := time.Now()
+			os.Chtimes(result, now, now)
+			return t, image.RenameTemplate(b.Dir, t)
+		}
+	}
 	work := filepath.Join(b.Dir, "templates", ".build-"+req.ID)
 	removeTree(work)
 	if err := os.MkdirAll(work, 0o755); err != nil {
@@ -628,13 +606,6 @@ func (b *Builder) commit(ctx context.Context, req Request, tree string, st state
 	if err != nil {
 		return model.Template{}, err
 	}
-	cfg := &model.TemplateConfig{Env: st.Env, WorkingDir: st.WorkingDir, User: st.User, Entrypoint: st.Entrypoint, Cmd: st.Cmd,
-		StartCmd: req.Spec.StartCmd, ReadyCmd: req.Spec.ReadyCmd}
-	if cfg.User == "" && parent.Config == nil {
-		// Built on a template without a config (base): commands keep its
-		// default user.
-		cfg.User = agentapi.DefaultUser
-	}
 	treeDigest, size, err := image.Digest(rootfs)
 	if err != nil {
 		return model.Template{}, err
@@ -643,11 +614,7 @@ func (b *Builder) commit(ctx context.Context, req Request, tree string, st state
 	if err != nil {
 		return model.Template{}, err
 	}
-	tag := req.Spec.Tag
-	if tag == "" {
-		tag = "latest"
-	}
-	t := model.Template{Name: req.Spec.Name, Tag: tag, Digest: digest, SizeBytes: size, CreatedAt: time.Now().UTC(), Config: cfg}
+	t := model.Template{Name: req.Spec.Name, Tag: tag, Digest: digest, SizeBytes: size, CreatedAt: time.Now().UTC(), Config: cfg, SourceKey: sourceKey}
 	unlock, err := image.Lock(b.Dir)
 	if err != nil {
 		return model.Template{}, err
@@ -659,10 +626,11 @@ func (b *Builder) commit(ctx context.Context, req Request, tree string, st state
 		if err := image.RenameTemplate(b.Dir, t); err != nil {
 			return model.Template{}, err
 		}
-		return t, nil
-	}
-	if err := image.AddTemplate(b.Dir, work, t); err != nil {
+	} else if err := image.AddTemplate(b.Dir, work, t); err != nil {
 		return model.Template{}, err
+	}
+	if err := os.MkdirAll(b.cacheDir(), 0o700); err == nil {
+		os.WriteFile(result, []byte(digest), 0o600)
 	}
 	return t, nil
 }
@@ -689,7 +657,7 @@ func (b *Builder) GC(now time.Time) (removed int) {
 	}
 	for _, e := range entries {
 		dir := filepath.Join(b.cacheDir(), e.Name())
-		if strings.HasSuffix(e.Name(), ".seen") {
+		if strings.HasSuffix(e.Name(), ".seen") || strings.HasSuffix(e.Name(), ".result") {
 			if fi, err := e.Info(); err == nil && now.Sub(fi.ModTime()) >= CacheTTL {
 				os.Remove(dir)
 			}
@@ -723,4 +691,24 @@ func removeTree(dir string) {
 		return nil
 	})
 	os.RemoveAll(dir)
+}
+
+// lockFile takes an exclusive flock on p, calling waiting first when
+// another process holds it.
+func lockFile(p string, waiting func()) (func(), error) {
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("build lock: %w", err)
+	}
+	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		waiting()
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("build lock: %w", err)
+		}
+	}
+	return func() { f.Close() }, nil
 }

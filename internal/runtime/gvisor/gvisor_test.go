@@ -55,7 +55,7 @@ func fixture(t testing.TB) (*gvisor.Driver, string, string) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build airlock-agent: %v\n%s", err, out)
 	}
-	tmpl, rootfs, err := setup.EnsureBaseTemplate(ctx, cacheDir, agent, tLog{t})
+	tmpl, rootfs, err := setup.EnsureDebianTemplate(ctx, cacheDir, agent, tLog{t})
 	if err != nil {
 		t.Fatalf("base template: %v", err)
 	}

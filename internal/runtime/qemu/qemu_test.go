@@ -83,7 +83,7 @@ func fixture(t testing.TB, accel string) fix {
 			fixSkip = "SKIP: qemu set-up failed (needs Debian apt): " + err.Error()
 			return
 		}
-		if _, shared.rootfs, err = setup.EnsureBaseTemplate(ctx, cacheDir, agent, tLog{t}); err != nil {
+		if _, shared.rootfs, err = setup.EnsureDebianTemplate(ctx, cacheDir, agent, tLog{t}); err != nil {
 			fixErr = "base template: " + err.Error()
 			return
 		}

@@ -1,4 +1,9 @@
-package build
+// Package dockerfile reads a Dockerfile into a template recipe
+// (model.BuildSpec) and packs each COPY's sources from the build context
+// into a tar named by its sha256, for `airlock template build` to upload
+// and the server's builder (internal/image/build) to run. It links no
+// worker code: the CLI uses it.
+package dockerfile
 
 import (
 	"archive/tar"
@@ -47,10 +52,10 @@ const (
 	MaxContextEntries  = 1_000_000
 )
 
-// ParseDockerfile reads df into a recipe named name:tag, packing COPY
+// Parse reads df into a recipe named name:tag, packing COPY
 // sources from contextDir into tars under tmp. buildArgs override ARG
 // defaults. The errors match model.ErrInvalid and name the line.
-func ParseDockerfile(df []byte, contextDir, tmp, name, tag string, buildArgs map[string]string) (model.BuildSpec, []ContextFile, error) {
+func Parse(df []byte, contextDir, tmp, name, tag string, buildArgs map[string]string) (model.BuildSpec, []ContextFile, error) {
 	spec := model.BuildSpec{Name: name, Tag: tag}
 	if len(df) > MaxDockerfileBytes {
 		return spec, nil, model.Errorf(model.ErrInvalid, "the Dockerfile is over %d bytes", MaxDockerfileBytes)
@@ -204,7 +209,7 @@ func ParseDockerfile(df []byte, contextDir, tmp, name, tag string, buildArgs map
 			return spec, nil, model.Errorf(model.ErrInvalid, "--build-arg %s: the Dockerfile declares no ARG %s", k, k)
 		}
 	}
-	if err := Validate(spec); err != nil {
+	if err := spec.Validate(); err != nil {
 		return spec, nil, err
 	}
 	return spec, files, nil
