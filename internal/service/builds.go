@@ -317,52 +317,19 @@ func (s *Service) normalizeBuildSpec(p Principal, spec *model.BuildSpec) error {
 	return nil
 }
 
-// validateSteps checks spec's steps: known kinds, bounds, arguments.
+// validateSteps checks spec's steps (model.BuildSpec.Validate: known
+// kinds, bounds, arguments) and the form of their file keys.
 func validateSteps(spec model.BuildSpec) error {
-	if len(spec.Steps) > model.MaxBuildSteps {
-		return model.Errorf(model.ErrUnprocessable, "the recipe has %d steps; at most %d are allowed", len(spec.Steps), model.MaxBuildSteps)
+	if spec.From == "" {
+		return model.Errorf(model.ErrUnprocessable, "the recipe names no parent template (from); use base, a template name[:tag] or sha256:<digest>")
+	}
+	if err := spec.Validate(); err != nil {
+		return model.Errorf(model.ErrUnprocessable, "%s", strings.TrimSuffix(err.Error(), ": "+model.ErrInvalid.Error()))
 	}
 	for i, st := range spec.Steps {
-		what := fmt.Sprintf("step %d (%s)", i+1, st.Kind)
-		switch st.Kind {
-		case model.StepRun, model.StepCmd, model.StepEntrypoint:
-			if len(st.Args) == 0 || (!st.Exec && len(st.Args) != 1) {
-				return model.Errorf(model.ErrUnprocessable, "%s needs one shell command in args, or the words of a command with exec", what)
-			}
-		case model.StepCopy:
-			if len(st.Args) != 1 || st.Args[0] == "" {
-				return model.Errorf(model.ErrUnprocessable, "%s needs its destination as its one argument", what)
-			}
-			if st.FilesHash == "" {
-				return model.Errorf(model.ErrUnprocessable, "%s names no files_hash: upload its files with PUT /v1/templates/files/{sha256} and name the hash", what)
-			}
+		if st.Kind == model.StepCopy {
 			if err := ValidBuildFileKey(st.FilesHash); err != nil {
-				return model.Errorf(model.ErrUnprocessable, "%s: %v", what, err)
-			}
-			if st.Chmod != "" {
-				if _, err := strconv.ParseUint(st.Chmod, 8, 32); err != nil || len(st.Chmod) > 5 {
-					return model.Errorf(model.ErrUnprocessable, "%s: chmod %.20q is not an octal mode like 0644", what, st.Chmod)
-				}
-			}
-		case model.StepEnv:
-			if len(st.Args) == 0 || len(st.Args)%2 != 0 {
-				return model.Errorf(model.ErrUnprocessable, "%s needs name, value pairs in args", what)
-			}
-			for j := 0; j < len(st.Args); j += 2 {
-				if st.Args[j] == "" || strings.ContainsAny(st.Args[j], "= \x00") {
-					return model.Errorf(model.ErrUnprocessable, "%s: %.80q is not a variable name", what, st.Args[j])
-				}
-			}
-		case model.StepWorkdir, model.StepUser:
-			if len(st.Args) != 1 || st.Args[0] == "" {
-				return model.Errorf(model.ErrUnprocessable, "%s needs exactly one argument", what)
-			}
-		default:
-			return model.Errorf(model.ErrUnprocessable, "step %d has kind %.40q; the kinds are RUN, COPY, ENV, WORKDIR, USER, CMD and ENTRYPOINT", i+1, st.Kind)
-		}
-		for _, a := range st.Args {
-			if strings.ContainsRune(a, 0) {
-				return model.Errorf(model.ErrUnprocessable, "%s has an argument with a NUL byte", what)
+				return model.Errorf(model.ErrUnprocessable, "step %d (COPY): %v", i+1, strings.TrimSuffix(err.Error(), ": "+model.ErrInvalid.Error()))
 			}
 		}
 	}
