@@ -369,6 +369,10 @@ func TestBuildRuns(t *testing.T) {
 	if st, b := call(t, "GET", e.srv.URL+"/v1/templates/builds", otherKey, nil); st != 200 || string(b) != "{\"builds\":[]}\n" {
 		t.Fatalf("another org's list = %d %s", st, b)
 	}
+	// Nor may it build over the name (templates are installation-wide).
+	if st, _, body := postBuild(t, e, otherKey, model.BuildSpec{Name: "app", Tag: "1", From: "base"}); st != 409 || !strings.Contains(body, "not built by org") {
+		t.Fatalf("another org building over app:1 = %d %s, want 409", st, body)
+	}
 
 	// A failing step.
 	st, fb, body := postBuild(t, e, e.adminKey, model.BuildSpec{Name: "broken", From: "base", Steps: []model.BuildStep{{Kind: model.StepRun, Args: []string{"exit 3"}, Text: "RUN exit 3"}}})

@@ -336,6 +336,37 @@ func validateSteps(spec model.BuildSpec) error {
 	return nil
 }
 
+// checkBuildName refuses a build whose name:tag points at content p's
+// org did not build: templates are installation-wide, so one org's build
+// must not move another's (or an operator's import) to new content.
+// Operators may build over any name.
+func (s *Service) checkBuildName(ctx context.Context, p Principal, spec model.BuildSpec) error {
+	if p.Operator() {
+		return nil
+	}
+	cur, err := s.st.GetTemplate(ctx, spec.Name, spec.Tag)
+	if errors.Is(err, model.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("get template %s:%s: %w", spec.Name, spec.Tag, err)
+	}
+	owned, err := s.orgBuilt(ctx, p.OrgID, cur.Digest)
+	if err != nil || owned {
+		return err
+	}
+	return model.Errorf(model.ErrConflict, "template %s:%s exists and was not built by org %s; build under another name or tag", spec.Name, spec.Tag, p.OrgID)
+}
+
+// orgBuilt reports whether one of org's (recent) builds made digest.
+func (s *Service) orgBuilt(ctx context.Context, orgID, digest string) (bool, error) {
+	bs, err := s.st.ListBuilds(ctx, orgID, MaxListLimit)
+	if err != nil {
+		return false, fmt.Errorf("list builds: %w", err)
+	}
+	return slices.ContainsFunc(bs, func(b model.Build) bool { return b.State == model.BuildReady && b.Digest == digest }), nil
+}
+
 // buildFrom resolves the parent of a recipe.
 func (s *Service) buildFrom(ctx context.Context, from string) (model.Template, error) {
 	if from == "" {
@@ -361,6 +392,9 @@ func (s *Service) prepareBuild(ctx context.Context, p Principal, id string, spec
 		return prepared{}, err
 	}
 	if err := validateSteps(*spec); err != nil {
+		return prepared{}, err
+	}
+	if err := s.checkBuildName(ctx, p, *spec); err != nil {
 		return prepared{}, err
 	}
 	from, err := s.buildFrom(ctx, spec.From)
@@ -810,17 +844,20 @@ func (s *Service) TagTemplate(ctx context.Context, p Principal, target string, t
 		return "", err
 	}
 	if !p.Operator() {
-		bs, err := s.st.ListBuilds(ctx, p.OrgID, MaxListLimit)
+		owned, err := s.orgBuilt(ctx, p.OrgID, tpl.Digest)
 		if err != nil {
-			return "", fmt.Errorf("list builds: %w", err)
+			return "", err
 		}
-		if !slices.ContainsFunc(bs, func(b model.Build) bool { return b.State == model.BuildReady && b.Digest == tpl.Digest }) {
+		if !owned {
 			return "", model.Errorf(model.ErrForbidden, "template %s was not built by org %s; only operators may tag it", target, p.OrgID)
 		}
 	}
 	for _, tag := range tags {
 		if !templateTagRe.MatchString(tag) {
 			return "", model.Errorf(model.ErrUnprocessable, "template tag %.80q is invalid: use 1 to 128 letters, digits, '.', '_' or '-', not starting with '.' or '-'", tag)
+		}
+		if err := s.checkBuildName(ctx, p, model.BuildSpec{Name: tpl.Name, Tag: tag}); err != nil {
+			return "", err
 		}
 	}
 	for _, tag := range tags {
