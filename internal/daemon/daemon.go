@@ -106,6 +106,7 @@ func up(ctx context.Context, args []string) error {
 	dataDir := fs.String("data-dir", DefaultDataDir(), "directory for the database, runsc, templates, sandboxes and keys")
 	withQEMU := fs.Bool("qemu", true, "also offer the qemu microVM runtime (set up in the background on first start)")
 	images := fs.String("template-images", DefaultTemplateImages, templateImagesUsage)
+	shipped := fs.String("build-templates", defaultShipped, shippedUsage)
 	deadline := fs.Duration("operation-deadline", 0, "how long a lifecycle operation may take (0: 30m)")
 	quotas := addQuotaFlags(fs)
 	eg := addEgressFlags(fs)
@@ -197,7 +198,7 @@ func up(ctx context.Context, args []string) error {
 	wo := workerOptions{
 		dataDir: *dataDir, serverURL: url, token: wt, dataListen: *dataListen,
 		id: workerID, log: log, progress: progress, qemu: *withQEMU, templateImages: runtimeSet(*images),
-		tls: tlsCfg, egress: eg,
+		tls: tlsCfg, egress: eg, shipped: runtimeSet(*shipped),
 	}
 	if wo.metrics, err = startMetrics(ctx, *metricsAddr, log); err != nil {
 		return err
@@ -320,6 +321,7 @@ func workerCmd(ctx context.Context, args []string) error {
 	dataDir := fs.String("data-dir", DefaultDataDir(), "directory for runsc, templates and sandboxes")
 	withQEMU := fs.Bool("qemu", true, "also offer the qemu microVM runtime (set up in the background on first start)")
 	images := fs.String("template-images", DefaultTemplateImages, templateImagesUsage)
+	shipped := fs.String("build-templates", defaultShipped, shippedUsage)
 	dataListen := fs.String("data-listen", "127.0.0.1:7071", "address of the data plane")
 	advertise := fs.String("advertise-url", "", "data-plane URL clients use (default http(s)://<data-listen>)")
 	id := fs.String("id", "", "worker id (default: generated once and kept in <data-dir>/worker.id)")
@@ -353,6 +355,7 @@ func workerCmd(ctx context.Context, args []string) error {
 		dataDir: *dataDir, serverURL: *serverURL, token: *workerToken,
 		dataListen: *dataListen, advertise: *advertise, id: *id, log: log, progress: progressWriter{},
 		qemu: *withQEMU, templateImages: runtimeSet(*images), tls: tlsCfg, egress: eg, metrics: m,
+		shipped: runtimeSet(*shipped),
 	})
 	if err != nil {
 		return err
@@ -484,6 +487,8 @@ type workerOptions struct {
 	httpClient     *http.Client // calls the server (nil: the default)
 	egress         egressFlags  // --egress and its settings (zero: off)
 	metrics        *metrics     // --metrics-addr's registry (nil: off)
+	// shipped: the shipped templates built at start (--build-templates).
+	shipped map[string]bool
 }
 
 // templateImagesUsage documents --template-images.
@@ -572,7 +577,7 @@ func newWorker(ctx context.Context, o workerOptions) (*worker.Worker, error) {
 			return nil, err
 		}
 	}
-	return worker.New(worker.Config{
+	w, err := worker.New(worker.Config{
 		Network: netCfg, Gateway: gw, NetLog: netLog,
 		ID: id, ServerURL: o.serverURL, WorkerToken: o.token, SecretFile: filepath.Join(o.dataDir, "worker.secret"), HTTPClient: o.httpClient,
 		DataPlaneListener: ln, DataPlaneURL: adv, Driver: drivers, Snapshots: snaps, TemplateImages: o.templateImages,
@@ -586,6 +591,11 @@ func newWorker(ctx context.Context, o workerOptions) (*worker.Worker, error) {
 		CapacityVCPUs: cpus,
 		Logger:        o.log.With("component", "worker"),
 	})
+	if err != nil {
+		return nil, err
+	}
+	buildShipped(ctx, w, o.shipped, o.progress, o.log.With("component", "builder"))
+	return w, nil
 }
 
 // runtimes makes the worker's drivers, one per runtime name, the first the

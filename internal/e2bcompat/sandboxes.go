@@ -133,14 +133,22 @@ func airlockStates(e2b string) ([]model.SandboxState, error) {
 	return nil, badRequest("state %q is not one of running, paused", e2b)
 }
 
+// shippedAliases are the E2B names of Airlock's shipped templates
+// (templates/): the code-interpreter SDKs create "code-interpreter-v1".
+var shippedAliases = map[string]string{"code-interpreter-v1": "code-interpreter"}
+
 // templateRef turns an E2B templateID or alias into an Airlock template
-// reference: "base" stays "base"; "team/alias" becomes "alias".
+// reference: "base" stays "base"; "team/alias" becomes "alias";
+// "code-interpreter-v1" is the shipped code-interpreter.
 func templateRef(id string) string {
 	if id == "" {
 		return service.DefaultTemplate
 	}
 	if i := strings.LastIndex(id, "/"); i >= 0 {
 		id = id[i+1:]
+	}
+	if a, ok := shippedAliases[id]; ok {
+		return a
 	}
 	return id
 }

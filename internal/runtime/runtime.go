@@ -153,6 +153,12 @@ type Network struct {
 // when a Network has a CACert).
 const GuestCABundle = "/etc/ssl/certs/ca-certificates.crt"
 
+// BuildCABundle is where a sandbox with a WritableRoot finds the same
+// bundle (its tree's own at GuestCABundle stays the tree's, for a build
+// step to change): under /dev, a tmpfs of the sandbox's own, so the mount
+// point is not written into the tree.
+const BuildCABundle = "/dev/airlock/ca-certificates.crt"
+
 // AppendCA is a CA bundle with ca (PEM) appended after a comment saying
 // whose it is; bundle itself when ca is empty. Drivers that build the
 // guest's bundle and the worker that fixes one up share it.

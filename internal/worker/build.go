@@ -184,6 +184,18 @@ func (b *buildRunner) Run(ctx context.Context, rootfs string, p agentapi.Process
 		}
 		w.setBuildEgress(id, nil)
 	}()
+	if b.egress != nil && b.egress.CACert != "" && w.cfg.Gateway != nil && w.cfg.Network.Egress {
+		// The org's CA is at BuildCABundle (the tree's bundle is the
+		// step's to rewrite): TLS clients that honour these use it.
+		env := map[string]string{}
+		for _, k := range caEnv {
+			env[k] = runtime.BuildCABundle
+		}
+		for k, v := range p.Env {
+			env[k] = v
+		}
+		p.Env = env
+	}
 	sctx, cancel := context.WithTimeout(ctx, StartTimeout)
 	h, err := w.startRuntime(sctx, spec, policy)
 	if err != nil {
@@ -262,4 +274,68 @@ func (l *lineSplitter) flush() {
 		l.out(l.stream, l.buf)
 		l.buf = nil
 	}
+}
+
+// Background runs f as one of the worker's actions: Run waits for it
+// before it returns (a shipped template's build in the background).
+func (w *Worker) Background(f func()) {
+	w.actions.Add(1)
+	go func() {
+		defer w.actions.Done()
+		f()
+	}()
+}
+
+// publicEgress is the policy of a shipped template's build: its RUN steps
+// install Debian packages.
+var publicEgress = &model.SandboxNetwork{Profile: "public", Policy: []byte(`{"version":1,"default":"allow"}`)}
+
+// SystemOrg is the org a worker's own builds (the shipped templates) are
+// cached under.
+const SystemOrg = "system"
+
+// BuildLocal builds spec on this worker for itself (a shipped template),
+// its parent (spec.From, name[:tag]) from the worker's own catalog, the
+// COPY files from disk, RUN steps with public egress; emit gets the events.
+// It may run before Run.
+func (w *Worker) BuildLocal(ctx context.Context, spec model.BuildSpec, files map[string]string, emit build.Emit) (model.Template, error) {
+	if w.cfg.Builder == nil {
+		return model.Template{}, model.Errorf(model.ErrUnavailable, "worker %s does not build templates", w.cfg.ID)
+	}
+	parent, err := w.localTemplate(spec.From)
+	if err != nil {
+		return model.Template{}, err
+	}
+	var runner build.Runner
+	if rt := w.buildRuntime(ctx); rt != "" {
+		runner = &buildRunner{w: w, runtime: rt, policy: publicEgress}
+	}
+	t, _, err := w.cfg.Builder.Build(ctx, build.Request{ID: model.NewID("bld"), OrgID: SystemOrg, Spec: spec, FromDigest: parent.Digest, Files: files, Runner: runner}, emit)
+	if err == nil {
+		w.changed()
+	}
+	return t, err
+}
+
+// localTemplate is the newest template of the catalog named ref
+// (name[:tag], tag default latest).
+func (w *Worker) localTemplate(ref string) (model.Template, error) {
+	name, tag, _ := strings.Cut(ref, ":")
+	if tag == "" {
+		tag = "latest"
+	}
+	ts, err := w.cfg.Templates()
+	if err != nil {
+		return model.Template{}, err
+	}
+	var best model.Template
+	for _, t := range ts {
+		if t.Name == name && t.Tag == tag && !t.CreatedAt.Before(best.CreatedAt) {
+			best = t
+		}
+	}
+	if best.Digest == "" {
+		return best, model.Errorf(model.ErrNotFound, "template %s:%s is not on worker %s", name, tag, w.cfg.ID)
+	}
+	return best, nil
 }

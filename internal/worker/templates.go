@@ -121,7 +121,7 @@ func (w *Worker) buildTemplateImage(ctx context.Context, s workerapi.SandboxSpec
 	if err == nil {
 		// The image holds the template's start command running, its
 		// ready command passed: a restore skips both.
-		err = w.runStartCommand(ctx, ac, s.TemplateDigest)
+		err = w.runStartCommand(ctx, ac, s.TemplateDigest, nil)
 	}
 	ac.Close()
 	h.Close()

@@ -106,15 +106,15 @@ const (
 )
 
 // runStartCommand starts digest's start command in the sandbox ac talks to
-// and waits for its ready command; nothing to do without a start or ready
-// command.
-func (w *Worker) runStartCommand(ctx context.Context, ac *agentclient.Client, digest string) error {
+// (with env, the sandbox's, over the template's) and waits for its ready
+// command; nothing to do without a start or ready command.
+func (w *Worker) runStartCommand(ctx context.Context, ac *agentclient.Client, digest string, env map[string]string) error {
 	cfg := w.templateConfig(digest)
 	if cfg == nil || (cfg.StartCmd == "" && cfg.ReadyCmd == "") {
 		return nil
 	}
 	spec := func(id, cmd string) agentapi.ProcessSpec {
-		c, env := withTemplateDefaults(cfg, model.CommandSpec{}, nil)
+		c, env := withTemplateDefaults(cfg, model.CommandSpec{}, env)
 		return agentapi.ProcessSpec{ID: id, Argv: []string{"/bin/sh", "-c", cmd}, Env: env, Cwd: c.Cwd, User: c.User}
 	}
 	if cfg.StartCmd != "" {

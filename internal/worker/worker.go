@@ -845,7 +845,7 @@ func (w *Worker) startOne(ctx context.Context, s workerapi.SandboxSpec) (_ runti
 		h.Close()
 		return nil, nil, "", err
 	}
-	if err := w.runStartCommand(ctx, ac, s.TemplateDigest); err != nil {
+	if err := w.runStartCommand(ctx, ac, s.TemplateDigest, w.withCAEnv(s.ID, s.Env)); err != nil {
 		ac.Close()
 		h.Close()
 		return nil, nil, "", err

@@ -68,6 +68,8 @@ const (
 	CacheTTL = 7 * 24 * time.Hour
 	// DefaultUpperMiB bounds what one RUN step writes.
 	DefaultUpperMiB = 8192
+	// errorTailLines of a failed RUN's output are in its error.
+	errorTailLines = 15
 	// StepTimeout bounds one RUN step.
 	StepTimeout = 30 * time.Minute
 )
@@ -455,8 +457,12 @@ func (b *Builder) run(ctx context.Context, req Request, i int, step model.BuildS
 		user = "0" // Docker's RUN: root unless USER
 	}
 	p := agentapi.ProcessSpec{ID: fmt.Sprintf("build-%d", i+1), Argv: argv, Env: env, Cwd: absDir(st.WorkingDir), User: user, TimeoutS: int(StepTimeout / time.Second)}
+	var tail []string // the last lines, for the error of a failed command
 	exit, err := req.Runner.Run(ctx, ov.Merged, p, func(stream string, line []byte) {
 		emit(model.BuildEvent{Type: "output", Stream: stream, Text: string(line)})
+		if tail = append(tail, string(line)); len(tail) > errorTailLines {
+			tail = tail[1:]
+		}
 	})
 	if err != nil {
 		return err
@@ -468,6 +474,9 @@ func (b *Builder) run(ctx context.Context, req Request, i int, step model.BuildS
 		return fmt.Errorf("the command ran over %s", StepTimeout)
 	}
 	if exit.ExitCode != 0 {
+		if len(tail) > 0 {
+			return fmt.Errorf("the command exited %d; its last output:\n%s", exit.ExitCode, strings.Join(tail, "\n"))
+		}
 		return fmt.Errorf("the command exited %d", exit.ExitCode)
 	}
 	if err := ov.Unmount(); err != nil {

@@ -43,7 +43,17 @@ func (d *Driver) writeNetwork(spec runtime.Spec, o *ociSpec) error {
 	if err := os.WriteFile(filepath.Join(dir, networkFile), b, 0o600); err != nil {
 		return err
 	}
-	if spec.Network.Gateway.IsValid() {
+	switch {
+	case spec.Network.Gateway.IsValid() && spec.WritableRoot:
+		// A build step writes the tree's own bundle (apt's
+		// update-ca-certificates): the org's CA, if any, goes beside it,
+		// where the worker points the step's TLS variables.
+		if len(spec.Network.CACert) > 0 {
+			if err := d.writeBundleAt(spec, dir, o, runtime.BuildCABundle); err != nil {
+				return err
+			}
+		}
+	case spec.Network.Gateway.IsValid():
 		// Every egress network mounts the bundle, with or without a CA
 		// (runsc restores only into the mounts it checkpointed with, and
 		// a sandbox's material may reach a restarted worker after it
@@ -73,6 +83,11 @@ func (d *Driver) writeNetwork(spec runtime.Spec, o *ociSpec) error {
 // is read inside its root (os.Root: a symlink in an image cannot make
 // the worker read a host file) and bounded.
 func (d *Driver) writeBundle(spec runtime.Spec, dir string, o *ociSpec) error {
+	return d.writeBundleAt(spec, dir, o, runtime.GuestCABundle)
+}
+
+// writeBundleAt is writeBundle mounting at dest.
+func (d *Driver) writeBundleAt(spec runtime.Spec, dir string, o *ociSpec, dest string) error {
 	var bundle []byte
 	if root, err := os.OpenRoot(spec.RootFS); err == nil {
 		if f, err := root.Open(strings.TrimPrefix(runtime.GuestCABundle, "/")); err == nil {
@@ -86,7 +101,7 @@ func (d *Driver) writeBundle(spec runtime.Spec, dir string, o *ociSpec) error {
 	if err := os.WriteFile(p, bundle, 0o644); err != nil {
 		return err
 	}
-	o.Mounts = append(o.Mounts, ociMount{Destination: runtime.GuestCABundle, Type: "bind", Source: p, Options: []string{"rbind", "ro"}})
+	o.Mounts = append(o.Mounts, ociMount{Destination: dest, Type: "bind", Source: p, Options: []string{"rbind", "ro"}})
 	return nil
 }
 
