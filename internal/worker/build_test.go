@@ -161,7 +161,7 @@ func TestBuildGVisor(t *testing.T) {
 	spec := func(filesHash string) model.BuildSpec {
 		return model.BuildSpec{Name: "app", Tag: "1", From: "base", Steps: []model.BuildStep{
 			{Kind: model.StepEnv, Args: []string{"GREETING", "hello from env"}},
-			{Kind: model.StepRun, Args: []string{`echo "$GREETING" > /greeting && id -u > /uid && rm /etc/debian_version && mkdir -p /app/sub && ln -s /etc/passwd /app/pw && echo out; echo err >&2`}},
+			{Kind: model.StepRun, Args: []string{`echo "$GREETING" > /greeting && echo kept > /tmp/kept && id -u > /uid && rm /etc/debian_version && mkdir -p /app/sub && ln -s /etc/passwd /app/pw && echo out; echo err >&2`}},
 			{Kind: model.StepCopy, Args: []string{"/app/"}, FilesHash: filesHash, Chown: "user"},
 			{Kind: model.StepWorkdir, Args: []string{"/app/work"}},
 			{Kind: model.StepRun, Args: []string{"pwd > here && cat /app/a.txt > copied"}},
@@ -210,6 +210,9 @@ func TestBuildGVisor(t *testing.T) {
 	}
 	if got := read("greeting"); got != "hello from env\n" {
 		t.Errorf("/greeting = %q", got)
+	}
+	if got := read("tmp/kept"); got != "kept\n" {
+		t.Errorf("/tmp/kept written by RUN = %q (a tmpfs over /tmp?)", got)
 	}
 	if got := read("uid"); got != "0\n" {
 		t.Errorf("RUN ran as uid %q, want root", got)

@@ -1,7 +1,9 @@
 package gvisor
 
 import (
+	"os"
 	"path"
+	"path/filepath"
 
 	"github.com/airlock/airlock/internal/agentapi"
 	"github.com/airlock/airlock/internal/runtime"
@@ -107,6 +109,22 @@ var capabilities = []string{
 // buildSpec returns the OCI spec of one sandbox. chanDir is the host
 // directory holding the agent socket.
 func buildSpec(spec runtime.Spec, cgroupParent, chanDir string) ociSpec {
+	o := baseSpec(spec, cgroupParent, chanDir)
+	if spec.WritableRoot {
+		// runsc mounts a tmpfs of its own over /tmp unless the spec has a
+		// /tmp mount: a build step's files there would not reach the
+		// tree (Docker keeps them). The tree's /tmp itself, bound, when it
+		// is a real directory (never a symlink: the bind's source is
+		// resolved on the host).
+		tmp := filepath.Join(spec.RootFS, "tmp")
+		if fi, err := os.Lstat(tmp); err == nil && fi.IsDir() {
+			o.Mounts = append(o.Mounts, ociMount{Destination: "/tmp", Type: "bind", Source: tmp, Options: []string{"rbind", "rw"}})
+		}
+	}
+	return o
+}
+
+func baseSpec(spec runtime.Spec, cgroupParent, chanDir string) ociSpec {
 	hostname := spec.Hostname
 	if hostname == "" {
 		hostname = "sandbox"
