@@ -84,7 +84,7 @@ var commands = []*command{
 	sandboxExportCmd, sandboxImportCmd,
 	execCmd, cpCmd,
 	opWaitCmd, opGetCmd,
-	templateListCmd, templateGetCmd, templateRemoveCmd, templateImportCmd, templatePullCmd, templateBuildCmd,
+	templateListCmd, templateGetCmd, templateRemoveCmd, templateImportCmd, templatePullCmd, templateBuildCmd, e2bEnvCmd,
 	orgCreateCmd, orgGetCmd, orgSetCmd, keyCreateCmd, keyListCmd, keyRemoveCmd,
 	poolSetCmd, poolListCmd, poolRemoveCmd,
 	sandboxNetworkCmd,
