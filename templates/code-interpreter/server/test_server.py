@@ -33,9 +33,11 @@ SERVER_MODULES = ["jupyter_client", "ipykernel", "matplotlib", "matplotlib_inlin
 
 
 def _missing_server_modules():
-    if not os.path.exists(SERVER_PYTHON) or shutil.which("bash") is None:
-        return ["%s (the server's interpreter) or bash" % SERVER_PYTHON]
     missing = []
+    if shutil.which("bash") is None:
+        missing.append("bash (not on PATH)")
+    if not os.path.exists(SERVER_PYTHON):
+        return missing + ["the interpreter itself (it does not exist)"]
     for m in SERVER_MODULES:
         r = subprocess.run([SERVER_PYTHON, "-c", "import " + m], capture_output=True)
         if r.returncode != 0:
