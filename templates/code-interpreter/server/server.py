@@ -41,6 +41,7 @@ import time
 import traceback
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import urllib.request
 from urllib.parse import urlsplit
 
 DEFAULT_PORT = 49999
@@ -50,6 +51,9 @@ POLL_SECONDS = 0.2
 INTERRUPT_GRACE_SECONDS = 10.0
 MAX_BODY = 64 << 20
 LANGUAGES = ("python", "bash")
+# E2B's envd serves the sandbox's environment (its create-time envs) here;
+# each context reads it once, at its first execution, as E2B's server does.
+ENVS_URL = "http://127.0.0.1:49983/envs"
 
 # Run in every new Python kernel, silently: pandas DataFrames get an
 # "e2b/data" representation (the SDK's Result.data), as in E2B's template.
@@ -94,6 +98,29 @@ def normalize_language(language):
         return "python"
     language = language.strip().lower()
     return {"js": "javascript", "ts": "typescript", "sh": "bash", "python3": "python"}.get(language, language)
+
+
+def fetch_global_envs(access_token=None):
+    """The sandbox's environment from envd's /envs ({} when nothing serves it
+    or it answers something else)."""
+    url = os.environ.get("CODE_INTERPRETER_ENVS_URL", ENVS_URL)
+    if not url:
+        return {}
+    req = urllib.request.Request(url)
+    if access_token:
+        req.add_header("X-Access-Token", access_token)
+    try:
+        with urllib.request.urlopen(req, timeout=2) as r:
+            obj = json.loads(r.read(1 << 20))
+    except Exception:
+        return {}
+    if not isinstance(obj, dict):
+        return {}
+    return {k: v for k, v in obj.items() if isinstance(k, str) and isinstance(v, str) and valid_env_name(k)}
+
+
+def valid_env_name(k):
+    return bool(k) and k.replace("_", "a").isalnum() and k.isascii() and not k[0].isdigit()
 
 
 class ClientGone(Exception):
@@ -146,6 +173,7 @@ class PythonContext:
         self.runtime_dir = runtime_dir
         self.km = None
         self.kc = None
+        self.global_envs = None
         self._start()
 
     def _start(self):
@@ -189,6 +217,7 @@ class PythonContext:
 
     def restart(self):
         self._stop()
+        self.global_envs = None
         self._start()
 
     def shutdown(self):
@@ -214,7 +243,11 @@ class PythonContext:
                 return err
         return "timed out"
 
-    def execute(self, code, env_vars, out):
+    def execute(self, code, env_vars, out, access_token=None):
+        if self.global_envs is None:
+            self.global_envs = fetch_global_envs(access_token)
+            if self.global_envs:
+                self._silent("import os as __e2b_os\n__e2b_os.environ.update(%s)\ndel __e2b_os\n" % json.dumps(self.global_envs))
         if env_vars:
             keys = json.dumps(sorted(env_vars))
             err = self._silent(
@@ -336,6 +369,7 @@ class BashContext:
         self.dir = tempfile.mkdtemp(prefix="bash-%s-" % cid[:8], dir=runtime_dir)
         self.count = 0
         self.proc = None
+        self.global_envs = None
         self._start()
 
     def _start(self):
@@ -385,13 +419,18 @@ class BashContext:
     def restart(self):
         self._kill()
         self.count = 0
+        self.global_envs = None
         self._start()
 
     def shutdown(self):
         self._kill()
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def execute(self, code, env_vars, out):
+    def execute(self, code, env_vars, out, access_token=None):
+        exports = []
+        if self.global_envs is None:
+            self.global_envs = fetch_global_envs(access_token)
+            exports = ["export %s=%s" % (k, shlex_quote(v)) for k, v in sorted(self.global_envs.items())]
         self.count += 1
         marker = "\x1e__E2B_END_%s__" % uuid.uuid4().hex
         cell = os.path.join(self.dir, "cell-%d.sh" % self.count)
@@ -401,13 +440,13 @@ class BashContext:
                 f.write("\n")
         pre, post = [], []
         for i, (k, v) in enumerate(sorted((env_vars or {}).items())):
-            if not k.replace("_", "a").isalnum() or k[0].isdigit():
+            if not valid_env_name(k):
                 out.emit({"type": "error", "name": "EnvVarsError", "value": "%r is not an environment variable name" % k, "traceback": ""})
                 return
             pre.append("__e2b_had_%d=${%s+x}; __e2b_old_%d=${%s-}; export %s=%s" % (i, k, i, k, k, shlex_quote(v)))
             post.append('if [ -n "$__e2b_had_%d" ]; then export %s="$__e2b_old_%d"; else unset %s; fi; unset __e2b_had_%d __e2b_old_%d'
                         % (i, k, i, k, i, i))
-        script = "\n".join(pre + [
+        script = "\n".join(exports + pre + [
             "source %s </dev/null" % shlex_quote(cell),
             "__e2b_rc=$?",
         ] + post + [
@@ -764,7 +803,7 @@ class Handler(BaseHTTPRequestHandler):
         out = Emitter(emit, gone)
         with ctx.lock:
             try:
-                ctx.execute(code, env_vars, out)
+                ctx.execute(code, env_vars, out, access_token=self.headers.get("X-Access-Token"))
             except ClientGone:
                 self.close_connection = True
                 return

@@ -21,4 +21,8 @@ if [ "$(cat "$venv/.version" 2>/dev/null)" != "$want" ]; then
   echo "$want" >"$venv/.version"
 fi
 cd "$here"
-exec "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider test_server.py "$@"
+rc=0
+"$venv/bin/python" -m pytest -q -rs -p no:cacheprovider test_server.py "$@" || rc=$?
+# 5: pytest collected nothing to run (the module skipped itself, saying why).
+if [ "$rc" = 5 ]; then echo "code-interpreter server tests: all SKIPPED (see above)" >&2; rc=0; fi
+exit "$rc"

@@ -33,9 +33,11 @@ SERVER_MODULES = ["jupyter_client", "ipykernel", "matplotlib", "matplotlib_inlin
 
 
 def _missing_server_modules():
-    if not os.path.exists(SERVER_PYTHON) or shutil.which("bash") is None:
-        return ["%s (the server's interpreter) or bash" % SERVER_PYTHON]
     missing = []
+    if shutil.which("bash") is None:
+        missing.append("bash (not on PATH)")
+    if not os.path.exists(SERVER_PYTHON):
+        return missing + ["the interpreter itself (it does not exist)"]
     for m in SERVER_MODULES:
         r = subprocess.run([SERVER_PYTHON, "-c", "import " + m], capture_output=True)
         if r.returncode != 0:
@@ -73,12 +75,44 @@ def free_port():
         return s.getsockname()[1]
 
 
-class Server:
+GLOBAL_ENVS = {"CI_GLOBAL": "from-envd", "CI_GLOBAL_QUOTED": "it's \"q\" $HOME"}
+
+
+class Envd:
+    """Stands in for envd's GET /envs (the sandbox's create-time envs), which
+    the server reads once per context."""
+
     def __init__(self):
+        from http.server import BaseHTTPRequestHandler, HTTPServer
+
+        class H(BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = json.dumps(GLOBAL_ENVS if self.path == "/envs" else {}).encode()
+                self.send_response(200 if self.path == "/envs" else 404)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *a):
+                pass
+
+        self.srv = HTTPServer(("127.0.0.1", 0), H)
+        self.url = "http://127.0.0.1:%d/envs" % self.srv.server_address[1]
+        self.thread = threading.Thread(target=self.srv.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+class Server:
+    def __init__(self, envs_url=""):
         self.port = free_port()
         self.home = tempfile.mkdtemp(prefix="ci-home-")
         self.log = open(os.path.join(self.home, ".server.log"), "w+")
-        env = dict(os.environ, CODE_INTERPRETER_CWD=self.home)
+        env = dict(os.environ, CODE_INTERPRETER_CWD=self.home, CODE_INTERPRETER_ENVS_URL=envs_url)
         env.pop("MPLBACKEND", None)
         self.proc = subprocess.Popen(
             [SERVER_PYTHON, SERVER, "--host", "127.0.0.1", "--port", str(self.port)],
@@ -135,9 +169,11 @@ class Server:
 
 @pytest.fixture(scope="module")
 def server():
-    s = Server()
+    envd = Envd()
+    s = Server(envs_url=envd.url)
     yield s
     s.stop()
+    envd.stop()
 
 
 @pytest.fixture(scope="module")
@@ -360,3 +396,20 @@ def test_context_lifecycle(sbx):
         sbx.remove_code_context(ctx.id)
     with pytest.raises(SandboxException):
         sbx.create_code_context(language="cobol")
+
+
+@needs_sdk
+def test_sandbox_envs(sbx):
+    # The sandbox's environment (envd's /envs) in every context; a
+    # per-execution value overrides it for that execution only.
+    for ctx in (None, sbx.create_code_context()):
+        assert sbx.run_code("import os; os.environ['CI_GLOBAL']", context=ctx).text == "from-envd"
+        ex = sbx.run_code("import os; print(os.environ['CI_GLOBAL'], os.environ['CI_GLOBAL_QUOTED'])",
+                          context=ctx, envs={"CI_GLOBAL": "override"})
+        assert ex.logs.stdout == ["override %s\n" % GLOBAL_ENVS["CI_GLOBAL_QUOTED"]]
+        assert sbx.run_code("import os; os.environ['CI_GLOBAL']", context=ctx).text == "from-envd"
+    ctx = sbx.create_code_context(language="bash")
+    assert "".join(sbx.run_code('echo "$CI_GLOBAL|$CI_GLOBAL_QUOTED"', context=ctx).logs.stdout) == \
+        "from-envd|%s\n" % GLOBAL_ENVS["CI_GLOBAL_QUOTED"]
+    assert sbx.run_code("echo $CI_GLOBAL", context=ctx, envs={"CI_GLOBAL": "override"}).logs.stdout == ["override\n"]
+    assert sbx.run_code("echo $CI_GLOBAL", context=ctx).logs.stdout == ["from-envd\n"]
