@@ -8,6 +8,7 @@ package worker
 // of this (tokens carry the command as the client gave it).
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"github.com/airlock/airlock/internal/agentapi"
 	"github.com/airlock/airlock/internal/agentclient"
 	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/workerapi"
 )
 
 // templateConfigs caches the configs of the templates in the catalog by
@@ -184,4 +186,29 @@ func runToExit(ctx context.Context, ac *agentclient.Client, p agentapi.ProcessSp
 			return exit, string(tail), fmt.Errorf("%s", payload)
 		}
 	}
+}
+
+// SandboxEnvFile is where a sandbox from a template with a start command
+// finds its own env (JSON, name to value), written by the worker before
+// the sandbox counts as running: a start command restored from a template
+// image started before the sandbox existed, so it reads the env there (the
+// code interpreter's server does, for its kernels).
+const SandboxEnvFile = "/run/airlock-env.json"
+
+// writeSandboxEnv writes s's env to SandboxEnvFile when its template has a
+// start command.
+func (w *Worker) writeSandboxEnv(ctx context.Context, ac *agentclient.Client, s workerapi.SandboxSpec) error {
+	if !w.hasStartCommand(s.TemplateDigest) {
+		return nil
+	}
+	env := s.Env
+	if env == nil {
+		env = map[string]string{}
+	}
+	b, err := json.Marshal(env)
+	if err != nil {
+		return err
+	}
+	_, err = ac.WriteFile(ctx, SandboxEnvFile, "0644", "", bytes.NewReader(b))
+	return err
 }

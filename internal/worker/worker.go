@@ -814,6 +814,9 @@ func (w *Worker) startOne(ctx context.Context, s workerapi.SandboxSpec) (_ runti
 	}
 	if m, dir, ok := w.templateImage(ctx, s); ok {
 		if h, ac, err := w.startFromImage(ctx, s, m, dir); err == nil {
+			if err := w.writeSandboxEnv(ctx, ac, s); err != nil {
+				w.log.Warn("the sandbox's env file", "sandbox", s.ID, "err", err)
+			}
 			return h, ac, model.StartedTemplateImage, nil
 		}
 	}
@@ -844,6 +847,9 @@ func (w *Worker) startOne(ctx context.Context, s workerapi.SandboxSpec) (_ runti
 		ac.Close()
 		h.Close()
 		return nil, nil, "", err
+	}
+	if err := w.writeSandboxEnv(ctx, ac, s); err != nil {
+		w.log.Warn("the sandbox's env file", "sandbox", s.ID, "err", err)
 	}
 	if err := w.runStartCommand(ctx, ac, s.TemplateDigest, w.withCAEnv(s.ID, s.Env)); err != nil {
 		ac.Close()

@@ -100,9 +100,24 @@ def normalize_language(language):
     return {"js": "javascript", "ts": "typescript", "sh": "bash", "python3": "python"}.get(language, language)
 
 
+# Airlock writes the sandbox's environment here before the sandbox counts
+# as running (internal/worker SandboxEnvFile): this server may have been
+# started in a template image, before the sandbox existed.
+ENV_FILE = "/run/airlock-env.json"
+
+
 def fetch_global_envs(access_token=None):
-    """The sandbox's environment from envd's /envs ({} when nothing serves it
-    or it answers something else)."""
+    """The sandbox's environment: Airlock's env file, else envd's /envs ({}
+    when neither says anything usable)."""
+    path = os.environ.get("CODE_INTERPRETER_ENV_FILE", ENV_FILE)
+    if path:
+        try:
+            with open(path, "rb") as f:
+                obj = json.loads(f.read(1 << 20))
+            if isinstance(obj, dict):
+                return {k: v for k, v in obj.items() if isinstance(k, str) and isinstance(v, str) and valid_env_name(k)}
+        except Exception:
+            pass
     url = os.environ.get("CODE_INTERPRETER_ENVS_URL", ENVS_URL)
     if not url:
         return {}
