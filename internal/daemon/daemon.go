@@ -492,7 +492,7 @@ type workerOptions struct {
 }
 
 // templateImagesUsage documents --template-images.
-const templateImagesUsage = "comma-separated runtimes whose creates restore a started-and-checkpointed template image instead of booting (\"\" for none)"
+const templateImagesUsage = "comma-separated runtimes whose creates restore a started-and-checkpointed template image instead of booting (\"\": only templates with a start command do, on every runtime; \"none\": not even those)"
 
 // DefaultTemplateImages is where restoring beats booting on these machines
 // (QEMU boots a kernel; a gVisor boot is a ~0.1 s process start).

@@ -57,7 +57,7 @@ func (w *Worker) templateImage(ctx context.Context, s workerapi.SandboxSpec) (sn
 	if rt == "" {
 		rt = w.cfg.Driver.Name()
 	}
-	if w.cfg.Snapshots == nil || !(w.cfg.TemplateImages[rt] || w.hasStartCommand(s.TemplateDigest)) {
+	if w.cfg.Snapshots == nil || w.cfg.TemplateImages[NoTemplateImages] || !(w.cfg.TemplateImages[rt] || w.hasStartCommand(s.TemplateDigest)) {
 		return snapshot.Manifest{}, "", false
 	}
 	if _, ok := w.cfg.Driver.(runtime.Snapshotter); !ok {
@@ -268,6 +268,11 @@ func (w *Worker) removeTemplate(r workerapi.TemplateRemoval) error {
 	}
 	return nil
 }
+
+// NoTemplateImages in Config.TemplateImages turns template images off
+// altogether, for templates with a start command too (to measure booting
+// them: `airlock up --template-images none`).
+const NoTemplateImages = "none"
 
 // hasStartCommand reports whether template digest has a start or ready
 // command.
