@@ -177,6 +177,10 @@ func checkImportedSandbox(t *testing.T, c *client.Client, rt, digest string) {
 	if got := probeRun(client.CreateCommandRequest{Argv: []string{"probe", "env", "GREETING", "MODE", "PATH"}}); got != "GREETING=hello from the image\nMODE=sandbox\nPATH=/bin\n" {
 		t.Errorf("env: %q", got)
 	}
+	// No command: the image's Cmd (/bin/probe id), with the same defaults.
+	if got := probeRun(client.CreateCommandRequest{}); got != "uid=1001 gid=1001 cwd=/srv\n" {
+		t.Errorf("the image's Cmd: %q", got)
+	}
 	// A command's own values win.
 	if got := probeRun(client.CreateCommandRequest{Argv: []string{"probe", "id"}, User: "root", Cwd: "/opq"}); got != "uid=0 gid=0 cwd=/opq\n" {
 		t.Errorf("own user and cwd: %q", got)
