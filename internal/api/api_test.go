@@ -161,7 +161,7 @@ func TestErrorStatuses(t *testing.T) {
 		{"empty env key", "POST", "/v1/sandboxes", `{"env":{"":"x"}}`, k, 422, "unprocessable", "env key"},
 		{"long metadata value", "POST", "/v1/sandboxes", `{"metadata":{"k":"` + strings.Repeat("v", 1025) + `"}}`, k, 422, "unprocessable", "1024"},
 		{"cmd and argv", "POST", "/v1/sandboxes/" + pending.ID + "/commands", `{"cmd":"id","argv":["id"]}`, k, 422, "unprocessable", "not both"},
-		{"no cmd", "POST", "/v1/sandboxes/" + pending.ID + "/commands", `{}`, k, 422, "unprocessable", "argv"},
+		{"no cmd", "POST", "/v1/sandboxes/" + pending.ID + "/commands", `{}`, k, 409, "conflict", "running sandbox"}, // neither cmd nor argv is the template's own command: checked on a running sandbox
 		{"limit too big", "GET", "/v1/sandboxes?limit=1001", "", k, 422, "unprocessable", "1000"},
 		{"unknown state", "GET", "/v1/sandboxes?state=sleeping", "", k, 422, "unprocessable", "sleeping"},
 		{"bad cursor", "GET", "/v1/sandboxes?cursor=!!!", "", k, 422, "unprocessable", "cursor"},

@@ -140,10 +140,17 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer c.stoppingOnce.Do(func() { close(c.stopping) })
 	tick := time.NewTicker(c.cfg.Resync)
 	defer tick.Stop()
+	var lastGC time.Time
 	for {
 		changed := c.ev.Changed() // taken before the round so no wake-up is missed
 		if err := c.ReconcileAll(ctx); err != nil && ctx.Err() == nil {
 			c.log.Warn("controller: reconcile round", "err", err)
+		}
+		if c.now().Sub(lastGC) >= TemplateGCInterval {
+			lastGC = c.now()
+			if _, err := c.collectTemplates(ctx); err != nil && ctx.Err() == nil {
+				c.log.Warn("controller: template garbage collection", "err", err)
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -75,3 +75,52 @@ func TestTemplateDeletionReachesWorkers(t *testing.T) {
 		t.Errorf("removals after the re-import: %+v", r.RemoveTemplates)
 	}
 }
+
+// TestTemplateGC: content whose tag moved to newer content, which nothing
+// uses, is collected (recorded as deleted, with the grace before now, and
+// asked of the worker holding it); tagged content, content a sandbox uses
+// and content already deleted are not.
+func TestTemplateGC(t *testing.T) {
+	e := newEnv(t)
+	now := e.clock.Now()
+	tm := func(name, c string, age time.Duration) model.Template {
+		return model.Template{Name: name, Tag: "1", Digest: "sha256:" + strings.Repeat(c, 64), SizeBytes: 1, CreatedAt: now.Add(-age)}
+	}
+	appOld, appNew := tm("app", "a", 2*time.Hour), tm("app", "b", time.Hour)
+	usedOld, usedNew := tm("used", "c", 2*time.Hour), tm("used", "d", time.Hour)
+	w1, w2 := e.worker("w1"), e.worker("w2")
+	w1.register(baseTemplate, appOld, appNew)
+	w2.register(baseTemplate, usedOld, usedNew)
+	if got, err := e.st.GetTemplate(e.ctx, "app", "1"); err != nil || got.Digest != appNew.Digest {
+		t.Fatalf("app:1 = %+v, %v; want the newer content", got, err)
+	}
+	sb, _ := e.createSandbox("sb-uses-old", 256)
+	sb.TemplateDigest = usedOld.Digest
+	if _, err := e.st.UpdateSandbox(e.ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+
+	got, err := e.c.collectTemplates(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0] != appOld.Digest {
+		t.Fatalf("collected %v, want only %s (untagged, unused)", got, appOld.Digest)
+	}
+	dels, _ := e.st.ListTemplateDeletions(e.ctx)
+	if at := dels[appOld.Digest]; !at.Equal(now.Add(-TemplateGCGrace)) {
+		t.Errorf("deletion of %s recorded at %v, want now minus the grace", appOld.Digest, at)
+	}
+	for _, d := range []string{baseTemplate.Digest, appNew.Digest, usedOld.Digest, usedNew.Digest} {
+		if _, ok := dels[d]; ok {
+			t.Errorf("%s was collected", d)
+		}
+	}
+	resp := w1.sync(-1, 0)
+	if len(resp.RemoveTemplates) != 1 || resp.RemoveTemplates[0].Digest != appOld.Digest {
+		t.Errorf("w1 is asked to remove %+v, want %s", resp.RemoveTemplates, appOld.Digest)
+	}
+	if again, _ := e.c.collectTemplates(e.ctx); len(again) != 0 {
+		t.Errorf("a second round collected %v again", again)
+	}
+}

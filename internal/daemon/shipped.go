@@ -36,7 +36,12 @@ func buildShipped(ctx context.Context, w *worker.Worker, which map[string]bool, 
 	if progress == nil {
 		progress = io.Discard
 	}
-	if err := buildOne(ctx, w, "base", which["base"], progress, log); err != nil {
+	if !which["base"] {
+		log.Info("base is the bare Debian template (--build-templates does not name base)")
+		if _, err := w.BuildLocal(ctx, model.BuildSpec{Name: "base", From: "debian:bookworm"}, nil, func(model.BuildEvent) {}); err != nil {
+			log.Error("no base template", "err", err)
+		}
+	} else if err := buildOne(ctx, w, "base", true, progress, log); err != nil {
 		which = nil // the others build on base
 		log.Warn("the base template was not built from its recipe; base is the bare Debian template (no pip, Node.js or compilers)", "err", err)
 		fmt.Fprintf(progress, "template: base: %v; serving the bare Debian template as base\n", err)

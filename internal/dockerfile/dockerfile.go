@@ -48,7 +48,7 @@ type ContextFile struct {
 // Limits of what a Dockerfile build packs from its context.
 const (
 	MaxDockerfileBytes = 1 << 20
-	MaxContextBytes    = 4 << 30
+	MaxContextBytes    = model.MaxBuildFileBytes // what one upload may be
 	MaxContextEntries  = 1_000_000
 )
 
@@ -238,14 +238,9 @@ func stepOf(ins any, text string, expand func(string) (string, error), args map[
 			}
 			return &model.BuildStep{Kind: model.StepRun, Args: []string{cmd}, Text: text}, nil
 		}
-		words := slices.Clone(c.CmdLine)
-		for i, w := range words {
-			var err error
-			if words[i], err = expand(w); err != nil {
-				return nil, err
-			}
-		}
-		return &model.BuildStep{Kind: model.StepRun, Args: words, Exec: true, Text: text}, nil
+		// The exec form is run as written, as Docker does (no shell, no
+		// substitution).
+		return &model.BuildStep{Kind: model.StepRun, Args: slices.Clone(c.CmdLine), Exec: true, Text: text}, nil
 	case *instructions.CopyCommand:
 		if c.From != "" {
 			return nil, errors.New("COPY --from is not supported (one stage only)")

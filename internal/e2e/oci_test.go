@@ -50,8 +50,11 @@ func TestImportedOCITemplateUpload(t *testing.T) {
 	img := ocitest.Image(t, v1.Config{}, []ocitest.Entry{ocitest.Dir("bin", 0o755), ocitest.File("../../../../../../.."+outside, "pwned", 0o644)})
 	bad := filepath.Join(t.TempDir(), "bad")
 	ocitest.WriteLayout(t, img, bad)
-	out, code = cli("", "template", "import", bad, "--upload", "--name", "oci-bad:v1")
-	if code == 0 || !strings.Contains(out, "HTTP 422") || !strings.Contains(out, "leaves the root") {
+	cmd := exec.Command(filepath.Join(s.bin, "airlock"), "template", "import", bad, "--upload", "--name", "oci-bad:v1")
+	cmd.Env = append(os.Environ(), "AIRLOCK_URL="+s.url(), "AIRLOCK_API_KEY="+s.adminKey)
+	b, err := cmd.CombinedOutput()
+	out, code = string(b), cmd.ProcessState.ExitCode()
+	if err == nil || code == 0 || !strings.Contains(out, "HTTP 422") || !strings.Contains(out, "leaves the root") {
 		t.Errorf("a hostile layer through the API: exit %d, %q; want a 422 saying the entry leaves the root", code, out)
 	}
 	if _, err := os.Stat(outside); !errors.Is(err, os.ErrNotExist) {

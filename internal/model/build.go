@@ -11,7 +11,7 @@ import (
 // Template builds: a recipe (BuildSpec) turned into a template by a
 // worker's builder (internal/worker build.go), one step at a time, each
 // step cached by its parent and its inputs. Airlock's Dockerfile frontend
-// (internal/image/build) and E2B's template build API
+// (internal/dockerfile) and E2B's template build API
 // (internal/e2bcompat) both produce a BuildSpec, so both run the same
 // builder.
 
@@ -47,7 +47,7 @@ type BuildStep struct {
 	// the key it was uploaded under (Service.PutBuildFile).
 	FilesHash string `json:"files_hash,omitempty"`
 	// Chown (COPY) is the owner of the copied files: user[:group] as
-	// names or ids ("": root, or the tar's own owners when KeepOwners).
+	// names or ids ("": root).
 	Chown string `json:"chown,omitempty"`
 	// Chmod (COPY) overrides the copied files' permission bits (octal,
 	// "": the tar's).

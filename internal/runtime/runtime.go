@@ -120,7 +120,7 @@ type Spec struct {
 	// an overlay of the driver's own: a template builder's RUN step, whose
 	// RootFS is an overlay mount the builder made (and bounds) so that it
 	// can take the step's changes from its upper layer. Only drivers whose
-	// Info declares Caps.WritableRoot take it; others refuse it.
+	// Info declares Caps.Build take it; others refuse it.
 	WritableRoot bool
 }
 

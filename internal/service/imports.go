@@ -60,7 +60,7 @@ func (s *Service) ImportTemplate(ctx context.Context, p Principal, name, tag, re
 	// Any live worker with room; the template stays on that worker (as an
 	// import on its machine would).
 	wid, err := s.placer().Place(scheduler.Cluster{Workers: workers, Load: scheduler.LoadOf(sbs), Now: s.now()},
-		scheduler.Request{Resources: model.Resources{VCPUs: DefaultVCPUs, MemoryMiB: DefaultMemoryMiB}})
+		scheduler.Request{Runtime: s.runtime(), Resources: model.Resources{VCPUs: DefaultVCPUs, MemoryMiB: DefaultMemoryMiB}})
 	if err != nil {
 		return model.Template{}, model.Errorf(model.ErrUnavailable, "no worker can take the import: %v", err)
 	}

@@ -4,8 +4,8 @@ package worker
 // sends a build as a tar (workerapi.BuildRequest, then the COPY files) to
 // POST /v1/builds/{id}; the worker keeps the files in scratch under its
 // data directory (bounded), runs the builder, and streams its events back
-// as NDJSON, ending with "done" (after a Sync has reported the new
-// template) or "error". RUN steps run in sandboxes of a runtime that
+// as NDJSON, ending with "done" (once it has started the Sync that reports
+// the new template; the server waits for that report) or "error". RUN steps run in sandboxes of a runtime that
 // declares Caps.Build (gVisor), under the build's egress policy, with
 // the worker's own resources for builds (BuildVCPUs, BuildMemoryMiB).
 

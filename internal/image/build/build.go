@@ -1,6 +1,6 @@
 // Package build turns a recipe (model.BuildSpec) into a template of a
 // worker's catalog, one step at a time, each step cached by its parent and
-// its inputs; and reads Dockerfiles into recipes (dockerfile.go).
+// its inputs (internal/dockerfile reads Dockerfiles into recipes).
 //
 // How a step changes the tree:
 //
@@ -18,7 +18,9 @@
 // The cache: step i's key is sha256 over step i-1's key and step i's
 // canonical form, with a COPY's files by the sha256 of their content (not
 // the name the client uploaded them under); the chain starts from the org,
-// the parent template's digest and the format version. A step whose key
+// the parent template's SourceKey (what it is apart from its agent; its
+// digest when it has none) and the format version. A forced step re-runs
+// the steps after it too. A step whose key
 // has an entry in <data>/build-cache/ is not run. Keys include the org, so
 // one org's RUN output (which may hold what its egress credentials
 // fetched) never serves another's. Entries unused for CacheTTL are
@@ -179,6 +181,7 @@ func (b *Builder) Build(ctx context.Context, req Request, emit Emit) (model.Temp
 	key := hex.EncodeToString(h.Sum(nil))
 	emit(model.BuildEvent{Type: "step", Step: &model.BuildStepReport{Index: -1, Text: "FROM " + req.Spec.From, Cached: true, Key: key}})
 	var reports []model.BuildStepReport
+	forced := false
 	for i, step := range req.Spec.Steps {
 		t0 := time.Now()
 		canon, err := b.canonical(step, req.Files)
@@ -189,7 +192,10 @@ func (b *Builder) Build(ctx context.Context, req Request, emit Emit) (model.Temp
 		fmt.Fprintf(h, "%s\n%s\n", key, canon)
 		key = hex.EncodeToString(h.Sum(nil))
 		rep := model.BuildStepReport{Index: i, Text: stepText(step), Key: key}
-		force := req.Spec.Force || step.Force
+		// A forced step re-runs every later one too: their cached trees
+		// were made from its old output.
+		forced = forced || step.Force
+		force := req.Spec.Force || forced
 
 		var next string
 		switch step.Kind {
@@ -597,6 +603,9 @@ func (b *Builder) commit(ctx context.Context, req Request, key, tree string, st 
 	result := filepath.Join(b.cacheDir(), strings.TrimPrefix(sourceKey, "build:")+"-"+agentSum[:16]+".result")
 	if raw, err := os.ReadFile(result); err == nil {
 		if old, err := image.ReadTemplate(b.Dir, string(raw)); err == nil && old.Digest == string(raw) && !req.Spec.Force {
+			if err := sameName(old, req.Spec.Name, tag); err != nil {
+				return model.Template{}, err
+			}
 			t := old
 			t.Name, t.Tag, t.CreatedAt = req.Spec.Name, tag, time.Now().UTC()
 			unlock, err := image.Lock(b.Dir)
@@ -643,8 +652,11 @@ func (b *Builder) commit(ctx context.Context, req Request, key, tree string, st 
 	}
 	defer unlock()
 	if old, err := image.ReadTemplate(b.Dir, digest); err == nil && old.Digest == digest {
-		// The same content is there: only its name moves (sandboxes may
-		// be using its tree, which stays).
+		// The same content is there (sandboxes may be using its tree,
+		// which stays): a rebuild of it, refreshed.
+		if err := sameName(old, t.Name, t.Tag); err != nil {
+			return model.Template{}, err
+		}
 		if err := image.RenameTemplate(b.Dir, t); err != nil {
 			return model.Template{}, err
 		}
@@ -773,4 +785,15 @@ func lockFile(p string, waiting func()) (func(), error) {
 		}
 	}
 	return func() { f.Close() }, nil
+}
+
+// sameName refuses a build whose result is content the catalog holds under
+// another name:tag: one entry has one name, and moving it would take the
+// template from the other name (a recipe that changes nothing of its
+// parent, say).
+func sameName(old model.Template, name, tag string) error {
+	if old.Name == name && old.Tag == tag {
+		return nil
+	}
+	return model.Errorf(model.ErrConflict, "the build made exactly the content of template %s:%s (%s); create sandboxes from that, or change the recipe", old.Name, old.Tag, old.Digest)
 }
