@@ -56,5 +56,10 @@ go vet ./...
 # packages each load the machine's cores; run side by side on 2 cores they
 # starve each other into timeouts, and one after another they take ~7 min.
 go test -p 1 -count=1 -timeout 60m "$@" ./...
-# Every fuzz target for a bounded time (scripts/fuzz.sh), on full runs only.
-if [ $# -eq 0 ]; then ./scripts/fuzz.sh; fi
+# The code interpreter's server (templates/code-interpreter), on the host with
+# the template's Debian packages and the real e2b-code-interpreter SDK, and
+# every fuzz target for a bounded time (scripts/fuzz.sh), on full runs only.
+if [ $# -eq 0 ]; then
+  ./templates/code-interpreter/server/test.sh
+  ./scripts/fuzz.sh
+fi

@@ -78,6 +78,7 @@ var routes = []route{
 	{"GET", "/v1/events", true, (*server).allEvents},
 	{"GET", "/v1/templates", true, (*server).listTemplates},
 	{"GET", "/v1/templates/{ref}", true, (*server).getTemplate},
+	{"POST", "/v1/templates", true, (*server).importTemplate},
 	{"PUT", "/v1/templates/files/{hash}", true, (*server).putBuildFile},
 	{"HEAD", "/v1/templates/files/{hash}", true, (*server).headBuildFile},
 	{"POST", "/v1/templates/builds", true, (*server).startBuild},

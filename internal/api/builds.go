@@ -7,11 +7,13 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/airlock/airlock/internal/api/apitypes"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/service"
+	"github.com/airlock/airlock/internal/workerapi"
 )
 
 func (s *server) putBuildFile(w http.ResponseWriter, r *http.Request, p service.Principal) error {
@@ -108,4 +110,27 @@ func (s *server) buildEvents(w http.ResponseWriter, r *http.Request, p service.P
 		return err
 	}
 	return writeJSON(w, http.StatusOK, apitypes.BuildEvents{Events: evs, State: b.State})
+}
+
+// importTemplate is POST /v1/templates?name=NAME[:TAG][&tag=TAG][&ref=REF]:
+// the body is an image archive (an OCI layout tar or a docker save
+// archive, uncompressed) imported on a worker.
+func (s *server) importTemplate(w http.ResponseWriter, r *http.Request, p service.Principal) error {
+	q := r.URL.Query()
+	name, tag, _ := strings.Cut(q.Get("name"), ":")
+	if t := q.Get("tag"); t != "" {
+		tag = t
+	}
+	if name == "" {
+		return badRequest("name is required: POST /v1/templates?name=NAME[:TAG] with the image archive as the body")
+	}
+	if r.ContentLength > workerapi.MaxImportBytes {
+		return model.Errorf(model.ErrTooLarge, "the image archive is %d bytes; at most %d are allowed", r.ContentLength, int64(workerapi.MaxImportBytes))
+	}
+	body := http.MaxBytesReader(w, r.Body, workerapi.MaxImportBytes)
+	t, err := s.svc.ImportTemplate(r.Context(), p, name, tag, q.Get("ref"), body)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusCreated, t)
 }

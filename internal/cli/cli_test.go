@@ -239,7 +239,7 @@ func TestMainUsage(t *testing.T) {
 		{args: []string{"sandbox", "create", "--vcpus", "many"}, wantCode: ExitUsage, wantStderr: "invalid value"},
 		{args: []string{"sandbox", "create", "--env", "NOEQ"}, wantCode: ExitUsage, wantStderr: "not KEY=VALUE"},
 		{args: []string{"sandbox", "ls", "--state", "sleepy"}, wantCode: ExitUsage, wantStderr: `unknown state "sleepy"`},
-		{args: []string{"exec", "sb-1"}, wantCode: ExitUsage, wantStderr: "want a sandbox id and a command"},
+		{args: []string{"exec"}, wantCode: ExitUsage, wantStderr: "want a sandbox id and a command"},
 		{args: []string{"cp", "a", "b"}, wantCode: ExitUsage, wantStderr: "exactly one of source and destination"},
 		{args: []string{"cp", "sb-1:/a", "sb-2:/b"}, wantCode: ExitUsage, wantStderr: "exactly one of source and destination"},
 		{args: []string{"key", "create"}, wantCode: ExitUsage, wantStderr: "--org is required"},

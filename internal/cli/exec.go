@@ -23,7 +23,7 @@ import (
 
 var execCmd = &command{
 	name:       "exec",
-	args:       "[-d] [-i] [--env K=V]... [--cwd DIR] [--user U] [--timeout S] <sandbox-id> -- <command> [args...]",
+	args:       "[-d] [-i] [--env K=V]... [--cwd DIR] [--user U] [--timeout S] <sandbox-id> [-- <command> [args...]]",
 	summary:    "run a command in a sandbox, streaming its output; exits with its exit status",
 	ownSignals: true,
 	rawArgs:    true,
@@ -36,8 +36,8 @@ var execCmd = &command{
 		user := fs.String("user", "", "run as this `user` (default: user)")
 		timeout := fs.Int("timeout", 0, "kill the command after this many `seconds` (0: never)")
 		return func(ctx context.Context, r *runner, args []string) error {
-			if len(args) < 2 {
-				return usagef("exec", "want a sandbox id and a command, e.g. airlock exec sb-… -- ls -l")
+			if len(args) < 1 {
+				return usagef("exec", "want a sandbox id and a command, e.g. airlock exec sb-… -- ls -l (without a command: the template's Entrypoint and Cmd)")
 			}
 			id, argv := args[0], args[1:]
 			c, err := r.client()

@@ -1,11 +1,15 @@
 package cli
 
 import (
+	"archive/tar"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -46,11 +50,12 @@ const templateSeenWait = 2 * time.Minute
 
 var templateImportCmd = &command{
 	name:    "template import",
-	args:    "<archive|dir> --name NAME[:TAG] [--data-dir DIR] [--agent PATH] [--ref REF] [--no-wait] [--json]",
-	summary: "import an OCI image (layout dir or tar, or a docker save archive) as a template of the worker on this machine",
+	args:    "<archive|dir> --name NAME[:TAG] [--upload] [--data-dir DIR] [--agent PATH] [--ref REF] [--no-wait] [--json]",
+	summary: "import an OCI image (layout dir or tar, or a docker save archive) as a template of the worker on this machine, or --upload it through the API",
 	setup: func(fs *flag.FlagSet) func(context.Context, *runner, []string) error {
 		f := importFlags(fs, "template `name[:tag]` (tag default latest)")
 		ref := fs.String("ref", "", "which image of an archive with several: its ref.name annotation or repo:tag")
+		upload := fs.Bool("upload", false, "send the image to the server (POST /v1/templates), which has a worker import it: no root or worker data directory needed here (operator key)")
 		return func(ctx context.Context, r *runner, args []string) error {
 			if len(args) != 1 {
 				return usagef("template import", "want exactly one image archive or layout directory, got %d arguments", len(args))
@@ -58,9 +63,97 @@ var templateImportCmd = &command{
 			if *f.nameTag == "" {
 				return usagef("template import", "--name is required")
 			}
+			if *upload {
+				return uploadImport(ctx, r, args[0], *f.nameTag, *ref, *f.asJSON)
+			}
 			return f.run(ctx, r, TemplateImport{Source: args[0], Ref: *ref})
 		}
 	},
+}
+
+// uploadImport sends src (an archive, or a layout directory tarred on the
+// fly) to the server's POST /v1/templates.
+func uploadImport(ctx context.Context, r *runner, src, nameTag, ref string, asJSON bool) error {
+	c, err := r.client()
+	if err != nil {
+		return err
+	}
+	fi, err := os.Stat(src)
+	if err != nil {
+		return err
+	}
+	var body io.Reader
+	size := int64(-1)
+	if fi.IsDir() {
+		pr, pw := io.Pipe()
+		go func() { pw.CloseWithError(tarDir(pw, src)) }()
+		defer pr.Close()
+		body = pr
+	} else {
+		f, err := os.Open(src)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		body, size = f, fi.Size()
+	}
+	name, tag, _ := strings.Cut(nameTag, ":")
+	t, err := c.ImportTemplate(ctx, name, tag, ref, body, size)
+	if err != nil {
+		return fmt.Errorf("import %s: %w", src, err)
+	}
+	if asJSON {
+		return printJSON(r.stdout, TemplateImported{Template: t})
+	}
+	fmt.Fprintf(r.stdout, "%s:%s %s\n", t.Name, t.Tag, t.Digest)
+	return nil
+}
+
+// tarDir writes directory dir (an OCI image layout) as a tar: its regular
+// files and directories, paths relative to dir.
+func tarDir(w io.Writer, dir string) error {
+	tw := tar.NewWriter(w)
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil || rel == "." {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if !info.IsDir() && !info.Mode().IsRegular() {
+			return nil // a layout holds only files and directories
+		}
+		hdr, err := tar.FileInfoHeader(info, "")
+		if err != nil {
+			return err
+		}
+		hdr.Name = filepath.ToSlash(rel)
+		if info.IsDir() {
+			hdr.Name += "/"
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if info.IsDir() {
+			return nil
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = io.Copy(tw, f)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
 }
 
 var templatePullCmd = &command{

@@ -2,7 +2,9 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -73,4 +75,34 @@ func (c *Client) BuildEventsAfter(ctx context.Context, id string, after int, wai
 	q := url.Values{"after": {strconv.Itoa(after)}, "wait": {strconv.Itoa(int(wait / time.Second))}}
 	err := c.do(ctx, http.MethodGet, "/v1/templates/builds/"+url.PathEscape(id)+"/events?"+q.Encode(), nil, nil, &out)
 	return out, err
+}
+
+// ImportTemplate uploads an image archive (an OCI layout tar or a docker
+// save archive; size bytes, -1 if unknown) as template name:tag (ref:
+// which image of several) and returns the template once the server lists
+// it (operators only).
+func (c *Client) ImportTemplate(ctx context.Context, name, tag, ref string, archive io.Reader, size int64) (model.Template, error) {
+	q := url.Values{"name": {name}}
+	if tag != "" {
+		q.Set("tag", tag)
+	}
+	if ref != "" {
+		q.Set("ref", ref)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url("/v1/templates?"+q.Encode()), archive)
+	if err != nil {
+		return model.Template{}, err
+	}
+	req.ContentLength = size
+	req.Header.Set("Content-Type", "application/x-tar")
+	resp, err := c.sendRequest(req, "application/json")
+	if err != nil {
+		return model.Template{}, err
+	}
+	defer resp.Body.Close()
+	var t model.Template
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&t); err != nil {
+		return t, fmt.Errorf("airlock: decode the imported template: %w", err)
+	}
+	return t, nil
 }

@@ -37,6 +37,7 @@ import (
 	"github.com/airlock/airlock/internal/httplimit"
 	"github.com/airlock/airlock/internal/image"
 	"github.com/airlock/airlock/internal/image/build"
+	"github.com/airlock/airlock/internal/image/oci"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/network"
 	airruntime "github.com/airlock/airlock/internal/runtime"
@@ -586,7 +587,11 @@ func newWorker(ctx context.Context, o workerOptions) (*worker.Worker, error) {
 		RemoveTemplate: func(digest string, notAfter time.Time) (bool, error) {
 			return image.RemoveTemplate(o.dataDir, digest, notAfter)
 		},
-		Builder:       &build.Builder{Dir: o.dataDir, Agent: agent, Log: o.log.With("component", "builder")},
+		Builder: &build.Builder{Dir: o.dataDir, Agent: agent, Log: o.log.With("component", "builder")},
+		ImportTemplate: func(ctx context.Context, archive, name, tag, ref string) (model.Template, error) {
+			rep, err := oci.Import(ctx, o.dataDir, archive, oci.Options{Name: name, Tag: tag, Ref: ref, Agent: agent})
+			return rep.Template, err
+		},
 		CapacityMiB:   mem,
 		CapacityVCPUs: cpus,
 		Logger:        o.log.With("component", "worker"),

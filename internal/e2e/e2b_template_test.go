@@ -82,45 +82,61 @@ func e2bKey(t *testing.T, s *stack) string {
 	return k.Secret
 }
 
-var (
-	e2bPyOnce sync.Once
-	e2bPyBin  string
-	e2bPyErr  error
-)
-
 // e2bPython returns the python of a virtualenv with the e2b SDK
 // (<cache>/venv-e2b-<version>, made on first use), or skips when python3,
 // its venv module or the package registry is missing.
 func e2bPython(t *testing.T) string {
 	t.Helper()
-	e2bPyOnce.Do(func() {
-		python, err := exec.LookPath("python3")
-		if err != nil {
-			e2bPyErr = errSkip("SKIP: python3 is not installed; the E2B Python SDK test needs it")
-			return
-		}
-		venv := filepath.Join(cacheDir(), "venv-e2b-"+e2bPythonVersion)
-		bin := filepath.Join(venv, "bin", "python")
-		if _, err := os.Stat(filepath.Join(venv, ".done")); err == nil {
-			e2bPyBin = bin
-			return
-		}
-		os.RemoveAll(venv)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		defer cancel()
-		if out, err := exec.CommandContext(ctx, python, "-m", "venv", venv).CombinedOutput(); err != nil {
-			e2bPyErr = errSkip("SKIP: python3 -m venv failed (install python3-venv): " + strings.TrimSpace(string(out)))
-			return
-		}
-		if out, err := exec.CommandContext(ctx, bin, "-m", "pip", "install", "-q", "--disable-pip-version-check", "e2b=="+e2bPythonVersion).CombinedOutput(); err != nil {
-			e2bPyErr = errSkip("SKIP: pip install e2b==" + e2bPythonVersion + " failed (is the Python package registry reachable?): " + strings.TrimSpace(string(out)))
-			return
-		}
-		os.WriteFile(filepath.Join(venv, ".done"), nil, 0o644)
-		e2bPyBin = bin
-	})
-	if e2bPyErr != nil {
-		t.Skip(e2bPyErr.Error())
+	return venvPython(t, "venv-e2b-"+e2bPythonVersion, "e2b=="+e2bPythonVersion)
+}
+
+// venvPython returns the python of a virtualenv named name in the test
+// cache with pkg installed (made once per machine); it skips, naming what
+// is missing, where that cannot be done.
+func venvPython(t *testing.T, name, pkg string) string {
+	t.Helper()
+	venvMu.Lock()
+	defer venvMu.Unlock()
+	if bin, ok := venvBins[name]; ok {
+		return bin
 	}
-	return e2bPyBin
+	if err, ok := venvErrs[name]; ok {
+		t.Skip(err)
+	}
+	bin, err := makeVenv(name, pkg)
+	if err != "" {
+		venvErrs[name] = err
+		t.Skip(err)
+	}
+	venvBins[name] = bin
+	return bin
+}
+
+var (
+	venvMu   sync.Mutex
+	venvBins = map[string]string{}
+	venvErrs = map[string]string{}
+)
+
+func makeVenv(name, pkg string) (bin, skip string) {
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		return "", "SKIP: python3 is not installed; the Python SDK test needs it"
+	}
+	venv := filepath.Join(cacheDir(), name)
+	bin = filepath.Join(venv, "bin", "python")
+	if _, err := os.Stat(filepath.Join(venv, ".done")); err == nil {
+		return bin, ""
+	}
+	os.RemoveAll(venv)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, python, "-m", "venv", venv).CombinedOutput(); err != nil {
+		return "", "SKIP: python3 -m venv failed (install python3-venv): " + strings.TrimSpace(string(out))
+	}
+	if out, err := exec.CommandContext(ctx, bin, "-m", "pip", "install", "-q", "--disable-pip-version-check", pkg).CombinedOutput(); err != nil {
+		return "", "SKIP: pip install " + pkg + " failed (is the Python package registry reachable?): " + strings.TrimSpace(string(out))
+	}
+	os.WriteFile(filepath.Join(venv, ".done"), nil, 0o644)
+	return bin, ""
 }

@@ -28,6 +28,40 @@ import (
 func TestImportedOCITemplate(t *testing.T) {
 	s := need(t)
 	c := s.client()
+	lay := ociE2ELayout(t)
+	cli := airlockCLI(t, s, append(os.Environ(), "AIRLOCK_URL="+s.url(), "AIRLOCK_API_KEY="+s.adminKey))
+	out, code := cli("", "template", "import", lay, "--name", "oci-e2e:v1", "--data-dir", s.workerDir)
+	checkImportedTemplate(t, s, c, out, code, "gvisor", "qemu")
+}
+
+// The same image sent through the API (`airlock template import --upload`,
+// POST /v1/templates: no root, no worker data directory on the caller's
+// side) gives the same template; a hostile layer is refused with a 422
+// naming the entry, and nothing is written outside.
+func TestImportedOCITemplateUpload(t *testing.T) {
+	s := need(t)
+	c := s.client()
+	lay := ociE2ELayout(t)
+	cli := airlockCLI(t, s, append(os.Environ(), "AIRLOCK_URL="+s.url(), "AIRLOCK_API_KEY="+s.adminKey))
+	out, code := cli("", "template", "import", lay, "--upload", "--name", "oci-e2e:v1")
+	checkImportedTemplate(t, s, c, out, code, "gvisor")
+
+	outside := filepath.Join(t.TempDir(), "outside")
+	img := ocitest.Image(t, v1.Config{}, []ocitest.Entry{ocitest.Dir("bin", 0o755), ocitest.File("../../../../../../.."+outside, "pwned", 0o644)})
+	bad := filepath.Join(t.TempDir(), "bad")
+	ocitest.WriteLayout(t, img, bad)
+	out, code = cli("", "template", "import", bad, "--upload", "--name", "oci-bad:v1")
+	if code == 0 || !strings.Contains(out, "HTTP 422") || !strings.Contains(out, "leaves the root") {
+		t.Errorf("a hostile layer through the API: exit %d, %q; want a 422 saying the entry leaves the root", code, out)
+	}
+	if _, err := os.Stat(outside); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the hostile layer wrote %s: %v", outside, err)
+	}
+}
+
+// ociE2ELayout writes the test image's OCI layout and returns its path.
+func ociE2ELayout(t *testing.T) string {
+	t.Helper()
 	probe := filepath.Join(t.TempDir(), "probe")
 	build := exec.Command("go", "build", "-o", probe, "./testdata/probe")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -59,9 +93,13 @@ func TestImportedOCITemplate(t *testing.T) {
 	})
 	lay := filepath.Join(t.TempDir(), "layout")
 	ocitest.WriteLayout(t, img, lay)
+	return lay
+}
 
-	cli := airlockCLI(t, s, append(os.Environ(), "AIRLOCK_URL="+s.url(), "AIRLOCK_API_KEY="+s.adminKey))
-	out, code := cli("", "template", "import", lay, "--name", "oci-e2e:v1", "--data-dir", s.workerDir)
+// checkImportedTemplate checks an import's output (out, exit code) named
+// oci-e2e:v1 and a sandbox of each runtime from it.
+func checkImportedTemplate(t *testing.T, s *stack, c *client.Client, out string, code int, runtimes ...string) {
+	t.Helper()
 	if code != 0 {
 		t.Fatalf("template import exited %d: %s", code, out)
 	}
@@ -93,7 +131,7 @@ func TestImportedOCITemplate(t *testing.T) {
 		t.Fatalf("the server does not list oci-e2e:v1 %s: %+v", digest, ts)
 	}
 
-	for _, rt := range []string{"gvisor", "qemu"} {
+	for _, rt := range runtimes {
 		t.Run(rt, func(t *testing.T) { checkImportedSandbox(t, c, rt, digest) })
 	}
 }
@@ -138,6 +176,10 @@ func checkImportedSandbox(t *testing.T, c *client.Client, rt, digest string) {
 	}
 	if got := probeRun(client.CreateCommandRequest{Argv: []string{"probe", "env", "GREETING", "MODE", "PATH"}}); got != "GREETING=hello from the image\nMODE=sandbox\nPATH=/bin\n" {
 		t.Errorf("env: %q", got)
+	}
+	// No command: the image's Cmd (/bin/probe id), with the same defaults.
+	if got := probeRun(client.CreateCommandRequest{}); got != "uid=1001 gid=1001 cwd=/srv\n" {
+		t.Errorf("the image's Cmd: %q", got)
 	}
 	// A command's own values win.
 	if got := probeRun(client.CreateCommandRequest{Argv: []string{"probe", "id"}, User: "root", Cwd: "/opq"}); got != "uid=0 gid=0 cwd=/opq\n" {

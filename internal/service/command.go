@@ -114,8 +114,6 @@ func (s *Service) CreateCommand(ctx context.Context, p Principal, sandboxID stri
 			return CommandSession{}, model.Errorf(model.ErrUnprocessable, "argv[0] is empty; name the program to run")
 		}
 		argv = req.Argv
-	default:
-		return CommandSession{}, model.Errorf(model.ErrUnprocessable, "set cmd (run by /bin/bash -lc) or argv")
 	}
 	for _, a := range argv {
 		if strings.ContainsRune(a, 0) {
@@ -134,6 +132,16 @@ func (s *Service) CreateCommand(ctx context.Context, p Principal, sandboxID stri
 	sb, w, err := s.runningSandbox(ctx, p, sandboxID, "commands", true)
 	if err != nil {
 		return CommandSession{}, err
+	}
+	if len(argv) == 0 {
+		// Neither: the template's own command, an imported image's
+		// Entrypoint and Cmd (as `docker run IMAGE` runs them).
+		if t, err := s.st.GetTemplateByDigest(ctx, sb.TemplateDigest); err == nil && t.Config != nil {
+			argv = append(append([]string(nil), t.Config.Entrypoint...), t.Config.Cmd...)
+		}
+		if len(argv) == 0 {
+			return CommandSession{}, model.Errorf(model.ErrUnprocessable, "set cmd (run by /bin/bash -lc) or argv (the sandbox's template has no Entrypoint or Cmd to run instead)")
+		}
 	}
 	// The sandbox's env is not in the token: the worker has it from the
 	// sandbox's assignment and merges it under the command's. Its digest

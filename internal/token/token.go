@@ -36,6 +36,9 @@ const (
 	// ScopeBuild: the server sending a template build (SandboxID is the
 	// build's id) to the worker.
 	ScopeBuild = "build"
+	// ScopeTemplateImport: the server streaming an image archive
+	// (SandboxID is the import's id) to the worker.
+	ScopeTemplateImport = "template-import"
 )
 
 // ErrInvalid is returned for a malformed, forged or expired token.

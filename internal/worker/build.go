@@ -27,6 +27,7 @@ import (
 
 	"github.com/airlock/airlock/internal/agentapi"
 	"github.com/airlock/airlock/internal/image/build"
+	"github.com/airlock/airlock/internal/image/oci"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/runtime"
 	"github.com/airlock/airlock/internal/token"
@@ -338,4 +339,59 @@ func (w *Worker) localTemplate(ref string) (model.Template, error) {
 		return best, model.Errorf(model.ErrNotFound, "template %s:%s is not on worker %s", name, tag, w.cfg.ID)
 	}
 	return best, nil
+}
+
+// handleTemplateImport imports the archive in the body into the catalog
+// (workerapi.RouteTemplateImport).
+func (w *Worker) handleTemplateImport(rw http.ResponseWriter, r *http.Request) {
+	claims, err := w.authorize(r, token.ScopeTemplateImport)
+	if err != nil {
+		writeError(rw, err)
+		return
+	}
+	if w.cfg.ImportTemplate == nil || w.cfg.Builder == nil {
+		writeError(rw, model.Errorf(model.ErrUnavailable, "worker %s does not import templates", w.cfg.ID))
+		return
+	}
+	q := r.URL.Query()
+	dir := w.cfg.Builder.FilesDir(claims.SandboxID)
+	os.RemoveAll(dir)
+	defer os.RemoveAll(dir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		writeError(rw, err)
+		return
+	}
+	p := filepath.Join(dir, "image.tar")
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		writeError(rw, err)
+		return
+	}
+	n, err := io.Copy(f, io.LimitReader(r.Body, workerapi.MaxImportBytes+1))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		writeError(rw, model.Errorf(model.ErrUnavailable, "receive the image: %v", err))
+		return
+	}
+	if n > workerapi.MaxImportBytes {
+		writeError(rw, model.Errorf(model.ErrTooLarge, "the image archive is over %d bytes", int64(workerapi.MaxImportBytes)))
+		return
+	}
+	t, err := w.cfg.ImportTemplate(r.Context(), p, q.Get("name"), q.Get("tag"), q.Get("ref"))
+	if errors.Is(err, oci.ErrRefused) {
+		// A layer that reaches outside its root: the image is refused.
+		err = model.Errorf(model.ErrUnprocessable, "%v", err)
+	}
+	if err != nil {
+		writeError(rw, err)
+		return
+	}
+	w.log.Info("template imported", "template", t.Name+":"+t.Tag, "digest", t.Digest, "bytes", n)
+	w.changed()
+	w.kickSync()
+	rw.Header().Set("Content-Type", "application/json")
+	rw.WriteHeader(http.StatusCreated)
+	json.NewEncoder(rw).Encode(t)
 }

@@ -88,9 +88,10 @@ func (w *Worker) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/sandboxes/{sid}/files/mkdir", w.files(w.handleMkdir))
 	mux.HandleFunc("POST /v1/sandboxes/{sid}/files/move", w.files(w.handleMove))
 	mux.HandleFunc("DELETE /v1/sandboxes/{sid}/files", w.files(w.handleRemove))
-	mux.HandleFunc(workerapi.RouteBuild, w.handleBuild) // build.go
-	w.snapshotHandlers(mux)                             // snapshots.go
-	w.registerE2B(mux)                                  // E2B envd and sandbox ports (envd.go)
+	mux.HandleFunc(workerapi.RouteBuild, w.handleBuild)                   // build.go
+	mux.HandleFunc(workerapi.RouteTemplateImport, w.handleTemplateImport) // build.go
+	w.snapshotHandlers(mux)                                               // snapshots.go
+	w.registerE2B(mux)                                                    // E2B envd and sandbox ports (envd.go)
 	mux.HandleFunc("/", func(rw http.ResponseWriter, r *http.Request) {
 		writeError(rw, model.Errorf(model.ErrNotFound, "no route %s %s", r.Method, r.URL.Path))
 	})

@@ -109,6 +109,10 @@ type Config struct {
 	// Builder builds templates sent to the data plane's /v1/builds (nil:
 	// the worker does not build; build.go).
 	Builder *build.Builder
+	// ImportTemplate imports an image archive (an OCI layout tar or a
+	// docker save archive) into the catalog as name:tag (ref: which image
+	// of several), for the data plane's /v1/imports (nil: none).
+	ImportTemplate func(ctx context.Context, archive, name, tag, ref string) (model.Template, error)
 	// NetLog receives the gateway's decisions (the daemon feeds it from
 	// the gateway's events); the worker serves it on the data plane and
 	// sends its denials up in each Sync (netlog.go). nil: an empty one.

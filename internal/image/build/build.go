@@ -68,6 +68,8 @@ const (
 	CacheTTL = 7 * 24 * time.Hour
 	// DefaultUpperMiB bounds what one RUN step writes.
 	DefaultUpperMiB = 8192
+	// DefaultCacheMaxBytes bounds the step cache by default.
+	DefaultCacheMaxBytes = 20 << 30
 	// errorTailLines of a failed RUN's output are in its error.
 	errorTailLines = 15
 	// StepTimeout bounds one RUN step.
@@ -80,6 +82,9 @@ type Builder struct {
 	Agent string // the guest agent binary every result carries
 	// UpperMiB bounds one RUN step's writes (0: DefaultUpperMiB).
 	UpperMiB int
+	// CacheMaxBytes bounds the step cache (0: DefaultCacheMaxBytes): GC
+	// removes the least recently used entries beyond it.
+	CacheMaxBytes int64
 	Log      *slog.Logger
 
 	mu sync.Mutex // one build at a time
@@ -119,6 +124,9 @@ type cacheEntry struct {
 	Step   string    `json:"step"`
 	State  state     `json:"state"`
 	Create time.Time `json:"created_at"`
+	// Bytes is what the step wrote (its tree shares the rest with its
+	// parent's by hard links): what removing the entry frees.
+	Bytes int64 `json:"bytes"`
 }
 
 func (b *Builder) cacheDir() string           { return filepath.Join(b.Dir, "build-cache") }
@@ -227,11 +235,11 @@ func (b *Builder) Build(ctx context.Context, req Request, emit Emit) (model.Temp
 			}
 		}
 		emit(model.BuildEvent{Type: "step", Step: &rep})
-		out, err := b.runStep(ctx, req, i, step, tree, st, emit)
+		out, written, err := b.runStep(ctx, req, i, step, tree, st, emit)
 		if err != nil {
 			return model.Template{}, reports, fmt.Errorf("step %d (%s): %w", i+1, rep.Text, err)
 		}
-		if err := b.store(key, rep.Text, out, st); err != nil {
+		if err := b.store(key, rep.Text, out, st, written); err != nil {
 			os.RemoveAll(out)
 			return model.Template{}, reports, fmt.Errorf("step %d (%s): cache: %w", i+1, rep.Text, err)
 		}
@@ -364,7 +372,7 @@ func (b *Builder) mark(key string) {
 }
 
 // store moves tree out (a step's result) into the cache as key's entry.
-func (b *Builder) store(key, text, out string, st state) error {
+func (b *Builder) store(key, text, out string, st state, bytes int64) error {
 	dir := b.entryDir(key)
 	if err := os.MkdirAll(b.cacheDir(), 0o700); err != nil {
 		return err
@@ -378,7 +386,7 @@ func (b *Builder) store(key, text, out string, st state) error {
 	if err := os.Rename(out, filepath.Join(tmp, "rootfs")); err != nil {
 		return err
 	}
-	j, _ := json.MarshalIndent(cacheEntry{Key: key, Step: text, State: st, Create: time.Now().UTC()}, "", "  ")
+	j, _ := json.MarshalIndent(cacheEntry{Key: key, Step: text, State: st, Create: time.Now().UTC(), Bytes: bytes}, "", "  ")
 	if err := os.WriteFile(filepath.Join(tmp, "entry.json"), j, 0o600); err != nil {
 		return err
 	}
@@ -387,27 +395,32 @@ func (b *Builder) store(key, text, out string, st state) error {
 
 // runStep makes step's tree from tree and returns it (a directory in the
 // scratch area on the cache's file system).
-func (b *Builder) runStep(ctx context.Context, req Request, i int, step model.BuildStep, tree string, st state, emit Emit) (string, error) {
+func (b *Builder) runStep(ctx context.Context, req Request, i int, step model.BuildStep, tree string, st state, emit Emit) (string, int64, error) {
 	if err := os.MkdirAll(b.scratch(), 0o700); err != nil {
-		return "", err
+		return "", 0, err
 	}
 	out := filepath.Join(b.scratch(), fmt.Sprintf("%s-%d", req.ID, i))
 	removeTree(out)
 	switch step.Kind {
 	case model.StepRun:
-		return out, b.run(ctx, req, i, step, tree, out, st, emit)
+		n, err := b.run(ctx, req, i, step, tree, out, st, emit)
+		return out, n, err
 	case model.StepCopy:
 		if err := Clone(tree, out); err != nil {
-			return "", err
+			return "", 0, err
 		}
 		if err := b.copy(ctx, req, step, out, st); err != nil {
 			removeTree(out)
-			return "", err
+			return "", 0, err
 		}
-		return out, nil
+		var n int64
+		if fi, err := os.Stat(req.Files[step.FilesHash]); err == nil {
+			n = fi.Size()
+		}
+		return out, n, nil
 	case model.StepWorkdir:
 		if err := Clone(tree, out); err != nil {
-			return "", err
+			return "", 0, err
 		}
 		r, err := os.OpenRoot(out)
 		if err == nil {
@@ -416,18 +429,18 @@ func (b *Builder) runStep(ctx context.Context, req Request, i int, step model.Bu
 		}
 		if err != nil {
 			removeTree(out)
-			return "", fmt.Errorf("create %s: %w", st.WorkingDir, err)
+			return "", 0, fmt.Errorf("create %s: %w", st.WorkingDir, err)
 		}
-		return out, nil
+		return out, 0, nil
 	}
-	return "", fmt.Errorf("no tree change for %s", step.Kind)
+	return "", 0, fmt.Errorf("no tree change for %s", step.Kind)
 }
 
 // run runs a RUN step in a sandbox over an overlay of tree and applies its
 // changes to a clone of tree at out.
-func (b *Builder) run(ctx context.Context, req Request, i int, step model.BuildStep, tree, out string, st state, emit Emit) error {
+func (b *Builder) run(ctx context.Context, req Request, i int, step model.BuildStep, tree, out string, st state, emit Emit) (int64, error) {
 	if req.Runner == nil {
-		return model.Errorf(model.ErrUnavailable, "this worker has no runtime that runs build steps")
+		return 0, model.Errorf(model.ErrUnavailable, "this worker has no runtime that runs build steps")
 	}
 	upper := b.UpperMiB
 	if upper <= 0 {
@@ -435,7 +448,7 @@ func (b *Builder) run(ctx context.Context, req Request, i int, step model.BuildS
 	}
 	ov, err := MountOverlay(out+".ov", tree, upper)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer func() {
 		if rerr := ov.Release(); rerr != nil {
@@ -465,33 +478,33 @@ func (b *Builder) run(ctx context.Context, req Request, i int, step model.BuildS
 		}
 	})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if exit.Error != "" {
-		return fmt.Errorf("the command did not run: %s", exit.Error)
+		return 0, fmt.Errorf("the command did not run: %s", exit.Error)
 	}
 	if exit.TimedOut {
-		return fmt.Errorf("the command ran over %s", StepTimeout)
+		return 0, fmt.Errorf("the command ran over %s", StepTimeout)
 	}
 	if exit.ExitCode != 0 {
 		if len(tail) > 0 {
-			return fmt.Errorf("the command exited %d; its last output:\n%s", exit.ExitCode, strings.Join(tail, "\n"))
+			return 0, fmt.Errorf("the command exited %d; its last output:\n%s", exit.ExitCode, strings.Join(tail, "\n"))
 		}
-		return fmt.Errorf("the command exited %d", exit.ExitCode)
+		return 0, fmt.Errorf("the command exited %d", exit.ExitCode)
 	}
 	if err := ov.Unmount(); err != nil {
-		return err
+		return 0, err
 	}
 	if err := Clone(tree, out); err != nil {
-		return err
+		return 0, err
 	}
 	stats, err := Apply(ov.Upper, out)
 	if err != nil {
 		removeTree(out)
-		return err
+		return 0, err
 	}
 	emit(model.BuildEvent{Type: "info", Text: fmt.Sprintf("step %d changed %d files (%d bytes), %d directories, %d links, removed %d", i+1, stats.Files, stats.Bytes, stats.Dirs, stats.Symlinks, stats.Removed)})
-	return nil
+	return stats.Bytes, nil
 }
 
 // copy writes a COPY step's tar into out.
@@ -682,6 +695,46 @@ func (b *Builder) GC(now time.Time) (removed int) {
 			}
 		}
 		removeTree(dir)
+		removed++
+	}
+	return removed + b.gcSize()
+}
+
+// gcSize removes the least recently used cache entries while the cache
+// holds more than CacheMaxBytes.
+func (b *Builder) gcSize() (removed int) {
+	max := b.CacheMaxBytes
+	if max <= 0 {
+		max = DefaultCacheMaxBytes
+	}
+	type use struct {
+		dir   string
+		used  time.Time
+		bytes int64
+	}
+	var uses []use
+	var total int64
+	entries, _ := os.ReadDir(b.cacheDir())
+	for _, e := range entries {
+		meta := filepath.Join(b.cacheDir(), e.Name(), "entry.json")
+		fi, err := os.Stat(meta)
+		if err != nil {
+			continue
+		}
+		var ce cacheEntry
+		if raw, err := os.ReadFile(meta); err == nil {
+			json.Unmarshal(raw, &ce)
+		}
+		uses = append(uses, use{filepath.Join(b.cacheDir(), e.Name()), fi.ModTime(), ce.Bytes})
+		total += ce.Bytes
+	}
+	slices.SortFunc(uses, func(a, b use) int { return a.used.Compare(b.used) })
+	for _, u := range uses {
+		if total <= max {
+			break
+		}
+		removeTree(u.dir)
+		total -= u.bytes
 		removed++
 	}
 	return removed

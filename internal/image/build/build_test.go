@@ -1,11 +1,13 @@
 package build
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -157,5 +159,46 @@ func TestApplyRefusesThroughSymlink(t *testing.T) {
 	}
 	if _, err := os.Lstat(filepath.Join(dst, "dev")); !errors.Is(err, os.ErrNotExist) || st.Skipped != 1 {
 		t.Errorf("a device node was made in the template (%v, skipped %d)", err, st.Skipped)
+	}
+}
+
+// TestCacheGC: entries unused for CacheTTL go, then the least recently
+// used while the cache is over CacheMaxBytes; config-only markers expire
+// too.
+func TestCacheGC(t *testing.T) {
+	dir := t.TempDir()
+	b := &Builder{Dir: dir, CacheMaxBytes: 250}
+	now := time.Now()
+	mk := func(key string, bytes int64, used time.Time) {
+		d := filepath.Join(b.cacheDir(), key)
+		if err := os.MkdirAll(filepath.Join(d, "rootfs"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		j, _ := json.Marshal(cacheEntry{Key: key, Bytes: bytes})
+		meta := filepath.Join(d, "entry.json")
+		if err := os.WriteFile(meta, j, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		os.Chtimes(meta, used, used)
+	}
+	mk("stale", 10, now.Add(-CacheTTL-time.Hour))
+	mk("oldest", 100, now.Add(-3*time.Hour))
+	mk("older", 100, now.Add(-2*time.Hour))
+	mk("newest", 100, now.Add(-time.Hour))
+	b.mark("seen-old")
+	os.Chtimes(filepath.Join(b.cacheDir(), "seen-old.seen"), now.Add(-CacheTTL-time.Hour), now.Add(-CacheTTL-time.Hour))
+	b.mark("seen-new")
+
+	if n := b.GC(now); n != 2 {
+		t.Errorf("GC removed %d entries, want 2 (stale by age, oldest by size)", n)
+	}
+	for key, want := range map[string]bool{"stale": false, "oldest": false, "older": true, "newest": true} {
+		_, ok := b.lookup(key)
+		if ok != want {
+			t.Errorf("entry %s kept = %v, want %v", key, ok, want)
+		}
+	}
+	if b.seen("seen-old") || !b.seen("seen-new") {
+		t.Errorf("markers: old kept %v, new kept %v", b.seen("seen-old"), b.seen("seen-new"))
 	}
 }

@@ -1,0 +1,100 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// e2bCodeInterpreterVersion is the Python code-interpreter SDK tested.
+const e2bCodeInterpreterVersion = "2.11.5"
+
+// waitShipped waits until the server lists template name, which the
+// stack's worker builds from its recipe in the background after it starts
+// (the first time on a machine: minutes).
+func waitShipped(t *testing.T, s *stack, name string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	t0 := time.Now()
+	for {
+		ts, err := s.client().ListTemplates(ctx)
+		if err == nil {
+			for _, tm := range ts {
+				if tm.Name == name {
+					t.Logf("template %s listed after %s", name, time.Since(t0).Round(time.Second))
+					return
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the worker did not build the shipped template %s (log: %s)", name, filepath.Join(s.root, "stack.log"))
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// TestE2BCodeInterpreterPython drives the shipped code-interpreter template
+// with the unmodified e2b-code-interpreter SDK from the Python package
+// registry (test/e2b/code_interpreter_test.py): a value, state across
+// calls, the create-time env in the kernel, a matplotlib PNG, streamed
+// stdout, an error, bash, a second context.
+func TestE2BCodeInterpreterPython(t *testing.T) {
+	s := need(t)
+	py := venvPython(t, "venv-e2b-code-interpreter-"+e2bCodeInterpreterVersion, "e2b-code-interpreter=="+e2bCodeInterpreterVersion)
+	waitShipped(t, s, "code-interpreter")
+	key := e2bKey(t, s)
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, py, filepath.Join(root, "test", "e2b", "code_interpreter_test.py"))
+	cmd.Env = e2bEnv(s, key)
+	out, err := cmd.CombinedOutput()
+	t.Logf("python test/e2b/code_interpreter_test.py:\n%s", out)
+	if err != nil || !strings.Contains(string(out), "ok: code interpreter") {
+		t.Fatalf("the code interpreter test failed: %v (server log: %s)", err, filepath.Join(s.root, "stack.log"))
+	}
+}
+
+// TestE2BCodeInterpreterJS does the same with the unmodified
+// @e2b/code-interpreter from npm (test/e2b/code_interpreter.mjs).
+func TestE2BCodeInterpreterJS(t *testing.T) {
+	s := need(t)
+	dir := e2bSuiteDir(t)
+	waitShipped(t, s, "code-interpreter")
+	key := e2bKey(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", "--test", "--test-reporter=spec", "code_interpreter.mjs")
+	cmd.Dir = dir
+	cmd.Env = append(e2bEnv(s, key), "NO_COLOR=1", "FORCE_COLOR=0")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	t.Logf("node --test test/e2b/code_interpreter.mjs:\n%s", out.String())
+	if err != nil || !regexp.MustCompile(`(?m)pass 1`).Match(out.Bytes()) {
+		t.Fatalf("the code interpreter JS test failed: %v (server log: %s)", err, filepath.Join(s.root, "stack.log"))
+	}
+}
+
+// e2bEnv is the environment `airlock e2b env` prints, and nothing else of
+// E2B's: no E2B_DOMAIN, no wildcard DNS.
+func e2bEnv(s *stack, key string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "E2B_") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, "E2B_API_URL="+s.url(), "E2B_SANDBOX_URL="+s.url(), "E2B_API_KEY="+key)
+}
