@@ -17,8 +17,8 @@ test('runCode: a value, state across calls, a PNG chart, bash', { timeout: 300_0
     ex = await sbx.runCode('x + 1')
     assert.equal(ex.text, '42')
 
-    ex = await sbx.runCode('import os; os.environ["GREETING"]')
-    assert.equal(ex.text, "'hi from create'")
+    ex = await sbx.runCode('import os; os.environ.get("GREETING") == "hi from create"')
+    assert.equal(ex.text, 'True', 'the create-time env reaches the kernel')
 
     ex = await sbx.runCode('import matplotlib.pyplot as plt\nplt.plot([1, 4, 9])\nplt.show()')
     assert.equal(ex.error, undefined)
@@ -28,7 +28,7 @@ test('runCode: a value, state across calls, a PNG chart, bash', { timeout: 300_0
 
     const stdout = []
     ex = await sbx.runCode('for i in range(3): print("line", i)', { onStdout: (m) => stdout.push(m.line) })
-    assert.deepEqual(stdout.map((l) => l.trim()), ['line 0', 'line 1', 'line 2'])
+    assert.deepEqual(stdout.join('').trim().split('\n'), ['line 0', 'line 1', 'line 2'], 'streamed stdout, in order')
 
     ex = await sbx.runCode('1/0')
     assert.equal(ex.error.name, 'ZeroDivisionError')

@@ -87,7 +87,7 @@ type Builder struct {
 	// CacheMaxBytes bounds the step cache (0: DefaultCacheMaxBytes): GC
 	// removes the least recently used entries beyond it.
 	CacheMaxBytes int64
-	Log      *slog.Logger
+	Log           *slog.Logger
 
 	mu sync.Mutex // one build at a time
 }
