@@ -99,7 +99,8 @@ type Load struct {
 type Request struct {
 	Runtime string
 	// Needs are the powers the worker's Runtime must have declared.
-	Needs          model.RuntimeCaps
+	Needs model.RuntimeCaps
+	// TemplateDigest must be on the worker ("": any worker).
 	TemplateDigest string
 	Resources      model.Resources
 }
@@ -171,8 +172,8 @@ func Pick(workers []model.Worker, load map[string]Load, req Request, now time.Ti
 			continue
 		}
 		capable++
-		if !slices.Contains(w.Templates, req.TemplateDigest) {
-			continue
+		if req.TemplateDigest != "" && !slices.Contains(w.Templates, req.TemplateDigest) {
+			continue // ("": any worker, e.g. for an import)
 		}
 		withTemplate++
 		l := load[w.ID]
