@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlock/airlock/internal/client"
 )
 
 // e2bCodeInterpreterVersion is the Python code-interpreter SDK tested.
@@ -97,4 +99,31 @@ func e2bEnv(s *stack, key string) []string {
 		}
 	}
 	return append(env, "E2B_API_URL="+s.url(), "E2B_SANDBOX_URL="+s.url(), "E2B_API_KEY="+key)
+}
+
+// TestCodeInterpreterQEMU: the shipped code-interpreter template on QEMU
+// too (its ext4 image, its start and ready commands): the server on 49999
+// answers and runs Python in its kernel.
+func TestCodeInterpreterQEMU(t *testing.T) {
+	s := need(t)
+	waitShipped(t, s, "code-interpreter")
+	c := s.client()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	sb, op, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Template: "code-interpreter", Runtime: "qemu"}, "")
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	defer func() {
+		if op, err := c.DeleteSandbox(context.Background(), sb.ID); err == nil {
+			c.WaitOperation(context.Background(), op.ID)
+		}
+	}()
+	if _, err := c.WaitOperation(ctx, op.ID); err != nil {
+		t.Fatalf("a qemu sandbox from code-interpreter: %v", err)
+	}
+	r := run(t, c, sb.ID, client.CreateCommandRequest{Cmd: `curl -sf http://127.0.0.1:49999/health; echo; curl -sf -X POST -H 'Content-Type: application/json' -d '{"code":"6*7"}' http://127.0.0.1:49999/execute`}, nil)
+	if r.exit.ExitCode != 0 || !strings.HasPrefix(r.stdout, `"OK"`) || !strings.Contains(r.stdout, `"text": "42"`) && !strings.Contains(r.stdout, `"text":"42"`) {
+		t.Errorf("the code interpreter on qemu: exit %+v, stdout %q, stderr %q", r.exit, r.stdout, r.stderr)
+	}
 }

@@ -36,7 +36,7 @@ import (
 const defaultDiskMiB = 4096
 
 // TemplateImageTimeout bounds building one template image.
-const TemplateImageTimeout = 5 * time.Minute
+const TemplateImageTimeout = 15 * time.Minute
 
 // templateImageKey is the snapshot-store id of the image for s.
 func templateImageKey(s workerapi.SandboxSpec, rt string) string {

@@ -96,12 +96,13 @@ func templateEnv(cfg *model.TemplateConfig, env map[string]string) map[string]st
 // sandbox booted from a template that has them runs the start command in
 // the background, as the template's user in its working directory with its
 // env, and then the ready command until it exits 0 (every
-// readyPollInterval, up to ReadyTimeout) before it counts as running; a
+// readyPollInterval, up to ReadyTimeout: a Jupyter kernel on QEMU under
+// TCG takes minutes) before it counts as running; a
 // sandbox restored from a template image or a snapshot has its start
 // command running already. The start command's output is the command
 // "template-start" of the sandbox (`airlock exec`-visible, like any other).
 const (
-	ReadyTimeout      = 2 * time.Minute
+	ReadyTimeout      = 10 * time.Minute
 	readyPollInterval = 100 * time.Millisecond
 	// StartCommandID is the agent's id of a template's start command.
 	StartCommandID = "template-start"
