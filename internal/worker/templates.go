@@ -51,35 +51,56 @@ func templateImageKey(s workerapi.SandboxSpec, rt string) string {
 }
 
 // templateImage returns the committed image for s when its runtime uses
-// images; without one it starts building it (once) and returns false.
+// images; without one it starts building it (once) and returns false. For
+// a template with a start command it waits for that build and returns
+// its image: booting beside the builder would start the template twice
+// on the same cores (minutes each for a Jupyter kernel under TCG).
 func (w *Worker) templateImage(ctx context.Context, s workerapi.SandboxSpec) (snapshot.Manifest, string, bool) {
+	m, dir, ok, building := w.templateImageOrBuild(ctx, s)
+	if ok || building == nil || !w.hasStartCommand(s.TemplateDigest) {
+		return m, dir, ok
+	}
+	select {
+	case <-building:
+	case <-ctx.Done():
+		return snapshot.Manifest{}, "", false
+	}
+	m, dir, ok, _ = w.templateImageOrBuild(ctx, s)
+	return m, dir, ok
+}
+
+// templateImageOrBuild is templateImage without the wait: when there is no
+// image it returns the channel closed when the build of it ends (nil: the
+// runtime uses no images).
+func (w *Worker) templateImageOrBuild(ctx context.Context, s workerapi.SandboxSpec) (snapshot.Manifest, string, bool, <-chan struct{}) {
 	rt := s.Runtime
 	if rt == "" {
 		rt = w.cfg.Driver.Name()
 	}
 	if w.cfg.Snapshots == nil || w.cfg.TemplateImages[NoTemplateImages] || !(w.cfg.TemplateImages[rt] || w.hasStartCommand(s.TemplateDigest)) {
-		return snapshot.Manifest{}, "", false
+		return snapshot.Manifest{}, "", false, nil
 	}
 	if _, ok := w.cfg.Driver.(runtime.Snapshotter); !ok {
-		return snapshot.Manifest{}, "", false
+		return snapshot.Manifest{}, "", false, nil
 	}
 	key := templateImageKey(s, rt)
 	if ms, err := w.cfg.Snapshots.List(key); err == nil {
 		for _, m := range ms {
 			if m.Kind == snapshot.KindTemplate && m.TemplateDigest == s.TemplateDigest {
 				if _, dir, err := w.cfg.Snapshots.Get(key, m.ID); err == nil {
-					return m, dir, true
+					return m, dir, true, nil
 				}
 			}
 		}
 	}
 	w.mu.Lock()
-	building := w.imageBuilds[key]
+	done, building := w.imageBuilds[key]
 	if !building {
 		if w.imageBuilds == nil {
-			w.imageBuilds = map[string]bool{}
+			w.imageBuilds = map[string]chan struct{}{}
 		}
-		w.imageBuilds[key] = true
+		done = make(chan struct{})
+		w.imageBuilds[key] = done
 		w.actions.Add(1)
 		go func() {
 			defer w.actions.Done()
@@ -90,10 +111,11 @@ func (w *Worker) templateImage(ctx context.Context, s workerapi.SandboxSpec) (sn
 			w.mu.Lock()
 			delete(w.imageBuilds, key)
 			w.mu.Unlock()
+			close(done)
 		}()
 	}
 	w.mu.Unlock()
-	return snapshot.Manifest{}, "", false
+	return snapshot.Manifest{}, "", false, done
 }
 
 // buildTemplateImage boots s's template under a throwaway id, waits for

@@ -225,7 +225,7 @@ type Worker struct {
 	// (plan's rule 6).
 	orphanCheckAt time.Time
 	// imageBuilds are the template images being built (templates.go).
-	imageBuilds map[string]bool
+	imageBuilds map[string]chan struct{} // closed when the build ends
 	// removingTemplates are the deleted templates being removed; once one
 	// is, templatesGone makes the next Sync report the catalog.
 	removingTemplates map[string]bool
