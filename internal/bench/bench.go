@@ -69,7 +69,7 @@ type Config struct {
 	PoolRuns int
 	// TemplatesRuns is how many template imports and cached rebuilds of
 	// the base recipe GroupTemplates times (default 5); TemplatesBoots how
-	// many start-command template variants it boots (default 5; the
+	// many start-command template variants it boots (default 10; the
 	// samples from the template image are Sandboxes); TemplatesCold
 	// whether it times one --no-cache build of the base recipe (minutes).
 	TemplatesRuns  int
@@ -136,7 +136,7 @@ func (c *Config) defaults() {
 		c.TemplatesRuns = 5
 	}
 	if c.TemplatesBoots <= 0 {
-		c.TemplatesBoots = 5
+		c.TemplatesBoots = 10
 	}
 	if c.Progress == nil {
 		c.Progress = io.Discard

@@ -50,10 +50,10 @@ type TemplatesReport struct {
 	// BaseRecipe is the template name the base recipe was built as, and
 	// ColdSteps/CachedSteps the step reports of the cold build and of the
 	// last cached rebuild.
-	BaseRecipe  string                  `json:"base_recipe,omitempty"`
-	BaseDigest  string                  `json:"base_digest,omitempty"`
-	ColdSteps   []model.BuildStepReport `json:"cold_steps,omitempty"`
-	CachedSteps []model.BuildStepReport `json:"cached_steps,omitempty"`
+	BaseRecipe  string       `json:"base_recipe,omitempty"`
+	BaseDigest  string       `json:"base_digest,omitempty"`
+	ColdSteps   []StepTiming `json:"cold_steps,omitempty"`
+	CachedSteps []StepTiming `json:"cached_steps,omitempty"`
 	// StartRecipe is the Dockerfile of the start-command template (with
 	// the variant's ENV line as built for variant 0).
 	StartRecipe string `json:"start_recipe,omitempty"`
@@ -87,11 +87,7 @@ func (b *bencher) runTemplates(ctx context.Context, rep *Report, record func(str
 		b.cleanup(ctx)
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		for _, ref := range cleanup {
-			if _, err := b.cfg.Client.DeleteTemplate(dctx, ref); err != nil && !isStatus(err, 404) {
-				b.progress("delete template %s: %v", ref, err)
-			}
-		}
+		b.deleteTemplates(dctx, cleanup)
 	}()
 	nonce := time.Now().UTC().Format("20060102t150405")
 
@@ -148,7 +144,7 @@ func addTemplatesRatios(rep *Report) {
 		{"start_cmd_template_image_p50_over_runsc_do_p50", MTemplateSnapshot, MRunscDo},
 		{"start_cmd_booted_p50_over_base_sequential_p50", MTemplateBooted, MCreateSequential},
 		{"start_cmd_template_image_p50_over_base_sequential_p50", MTemplateSnapshot, MCreateSequential},
-		{"template_build_base_cached_p50_over_cold", MTemplateBuildCached, MTemplateBuildCold},
+		{"template_build_base_cold_p50_over_cached_p50", MTemplateBuildCold, MTemplateBuildCached},
 	}
 	for _, p := range pairs {
 		a, okA := p50(p.a)
@@ -337,18 +333,107 @@ func sortedKeys[V any](m map[string]V) []string {
 	return ks
 }
 
+// StepTiming is one build step: the build's own step report, and its
+// duration from the build's events (the server's step report carries a
+// RUN step's duration only when it was cached: it keeps the step event
+// sent when the step begins).
+type StepTiming struct {
+	Index  int    `json:"index"` // in the recipe's steps; -1: FROM
+	Text   string `json:"text"`
+	Cached bool   `json:"cached"`
+	// ReportedMS is the build's step report's duration_ms; EventMS the
+	// time from the step's event to the next step's (the last step: to
+	// the build's done event), by the events' server-side times.
+	ReportedMS float64 `json:"reported_ms"`
+	EventMS    float64 `json:"event_ms"`
+}
+
+// StepTimings pairs a build's step reports with the step durations its
+// events show.
+func StepTimings(reports []model.BuildStepReport, events []model.BuildEvent) []StepTiming {
+	evs := slices.Clone(events)
+	slices.SortFunc(evs, func(a, b model.BuildEvent) int { return a.Seq - b.Seq })
+	start := map[int]time.Time{}
+	var order []int
+	var end time.Time
+	for _, ev := range evs {
+		switch {
+		case ev.Type == "step" && ev.Step != nil:
+			if _, ok := start[ev.Step.Index]; !ok {
+				order = append(order, ev.Step.Index)
+			}
+			start[ev.Step.Index] = ev.Time
+		case ev.Type == "done":
+			end = ev.Time
+		}
+	}
+	if end.IsZero() && len(evs) > 0 {
+		end = evs[len(evs)-1].Time
+	}
+	until := map[int]time.Time{}
+	for i, idx := range order {
+		if i+1 < len(order) {
+			until[idx] = start[order[i+1]]
+		} else {
+			until[idx] = end
+		}
+	}
+	out := make([]StepTiming, 0, len(reports))
+	for _, r := range reports {
+		st := StepTiming{Index: r.Index, Text: r.Text, Cached: r.Cached, ReportedMS: r.DurationMS}
+		if t0, ok := start[r.Index]; ok && !until[r.Index].Before(t0) {
+			st.EventMS = round3(float64(until[r.Index].Sub(t0)) / 1e6)
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// deleteTemplates deletes the bench's templates; one the server still
+// lists a few seconds later (a worker's catalog report crossing the
+// delete) is deleted again.
+func (b *bencher) deleteTemplates(ctx context.Context, refs []string) {
+	left := slices.Clone(refs)
+	for round := 0; round < 3 && len(left) > 0; round++ {
+		for _, ref := range left {
+			if _, err := b.cfg.Client.DeleteTemplate(ctx, ref); err != nil && !isStatus(err, 404) {
+				b.progress("delete template %s: %v", ref, err)
+			}
+		}
+		if sleepCtx(ctx, 8*time.Second) != nil {
+			return
+		}
+		ts, err := b.cfg.Client.ListTemplates(ctx)
+		if err != nil {
+			b.progress("list templates: %v", err)
+			return
+		}
+		var still []string
+		for _, t := range ts {
+			if ref := t.Name + ":" + t.Tag; slices.Contains(left, ref) {
+				still = append(still, ref)
+			}
+		}
+		left = still
+	}
+	if len(left) > 0 {
+		b.progress("templates still listed after cleanup: %v (delete them with `airlock template rm`)", left)
+	}
+}
+
 // buildRecipe parses a Dockerfile as `airlock template build` does, then
 // uploads, starts and follows the build; it returns the finished build and
-// the time from the first upload check to the ready build.
-func (b *bencher) buildRecipe(ctx context.Context, src []byte, contextDir, name string, force bool) (model.Build, time.Duration, error) {
+// the time from the first upload check to the ready build, and the
+// build's events.
+func (b *bencher) buildRecipe(ctx context.Context, src []byte, contextDir, name string, force bool) (model.Build, time.Duration, []model.BuildEvent, error) {
 	tmp, err := os.MkdirTemp("", "airlock-bench-build-")
 	if err != nil {
-		return model.Build{}, 0, err
+		return model.Build{}, 0, nil, err
 	}
 	defer os.RemoveAll(tmp)
 	spec, files, err := dockerfile.Parse(src, contextDir, tmp, name, "latest", nil)
 	if err != nil {
-		return model.Build{}, 0, fmt.Errorf("parse the recipe of %s: %w", name, err)
+		return model.Build{}, 0, nil, fmt.Errorf("parse the recipe of %s: %w", name, err)
 	}
 	spec.Force = force
 	c := b.cfg.Client
@@ -356,33 +441,35 @@ func (b *bencher) buildRecipe(ctx context.Context, src []byte, contextDir, name 
 	for _, f := range files {
 		has, err := c.HasBuildFile(ctx, f.Hash)
 		if err != nil {
-			return model.Build{}, 0, fmt.Errorf("check build file %s: %w", f.Hash, err)
+			return model.Build{}, 0, nil, fmt.Errorf("check build file %s: %w", f.Hash, err)
 		}
 		if has {
 			continue
 		}
 		fh, err := os.Open(f.Path)
 		if err != nil {
-			return model.Build{}, 0, err
+			return model.Build{}, 0, nil, err
 		}
 		err = c.PutBuildFile(ctx, f.Hash, fh, f.Size)
 		fh.Close()
 		if err != nil {
-			return model.Build{}, 0, fmt.Errorf("upload build file %s: %w", f.Hash, err)
+			return model.Build{}, 0, nil, fmt.Errorf("upload build file %s: %w", f.Hash, err)
 		}
 	}
 	bd, err := c.StartBuild(ctx, spec)
 	if err != nil {
-		return bd, 0, fmt.Errorf("start the build of %s: %w", name, err)
+		return bd, 0, nil, fmt.Errorf("start the build of %s: %w", name, err)
 	}
 	after := 0
+	var evs []model.BuildEvent
 	for {
 		res, err := c.BuildEventsAfter(ctx, bd.ID, after, 30*time.Second)
 		if err != nil {
-			return bd, 0, fmt.Errorf("follow build %s: %w", bd.ID, err)
+			return bd, 0, evs, fmt.Errorf("follow build %s: %w", bd.ID, err)
 		}
 		for _, ev := range res.Events {
 			after = max(after, ev.Seq)
+			evs = append(evs, ev)
 			if ev.Type == "step" && ev.Step != nil && !ev.Step.Cached {
 				b.progress("build %s: step %d %s", name, ev.Step.Index+1, trunc(ev.Step.Text, 60))
 			}
@@ -393,12 +480,12 @@ func (b *bencher) buildRecipe(ctx context.Context, src []byte, contextDir, name 
 	}
 	d := time.Since(t0)
 	if bd, err = c.GetBuild(ctx, bd.ID); err != nil {
-		return bd, 0, err
+		return bd, 0, evs, err
 	}
 	if bd.State != model.BuildReady {
-		return bd, 0, fmt.Errorf("build %s of %s failed: %s", bd.ID, name, bd.Error)
+		return bd, 0, evs, fmt.Errorf("build %s of %s failed: %s", bd.ID, name, bd.Error)
 	}
-	return bd, d, nil
+	return bd, d, evs, nil
 }
 
 func trunc(s string, n int) string {
@@ -430,29 +517,37 @@ func (b *bencher) templateBuildBase(ctx context.Context, tr *TemplatesReport, cl
 	*cleanup = append(*cleanup, name+":latest")
 	if b.cfg.TemplatesCold {
 		b.progress("template build: %s with --no-cache (minutes: apt-get in a sandbox)", name)
-		bd, d, err := b.buildRecipe(ctx, src, tmp, name, true)
+		bd, d, evs, err := b.buildRecipe(ctx, src, tmp, name, true)
 		if err != nil {
 			return nil, nil, err
 		}
 		st := Summarize("ms", Millis([]time.Duration{d}))
-		cold, tr.ColdSteps, tr.BaseDigest = &st, bd.Steps, bd.Digest
+		cold, tr.ColdSteps, tr.BaseDigest = &st, StepTimings(bd.Steps, evs), bd.Digest
 		b.progress("template build cold: %.1f s", float64(d)/1e9)
+	}
+	if !b.cfg.TemplatesCold {
+		// Untimed: fills the step cache for this recipe (the shipped base's
+		// steps need not share its keys).
+		if _, _, _, err := b.buildRecipe(ctx, src, tmp, name, false); err != nil {
+			return nil, nil, err
+		}
 	}
 	var durs []time.Duration
 	for i := range b.cfg.TemplatesRuns {
-		bd, d, err := b.buildRecipe(ctx, src, tmp, name, false)
+		bd, d, evs, err := b.buildRecipe(ctx, src, tmp, name, false)
 		if err != nil {
 			return cold, nil, err
 		}
 		for _, s := range bd.Steps {
 			if !s.Cached && s.Index >= 0 {
+				tr.CachedSteps = StepTimings(bd.Steps, evs)
 				return cold, nil, fmt.Errorf("cached rebuild %d ran step %d (%s): the step cache missed", i+1, s.Index+1, trunc(s.Text, 60))
 			}
 		}
 		if tr.BaseDigest != "" && bd.Digest != tr.BaseDigest {
 			return cold, nil, fmt.Errorf("cached rebuild %d is %s, the cold build %s", i+1, bd.Digest, tr.BaseDigest)
 		}
-		tr.BaseDigest, tr.CachedSteps = bd.Digest, bd.Steps
+		tr.BaseDigest, tr.CachedSteps = bd.Digest, StepTimings(bd.Steps, evs)
 		durs = append(durs, d)
 		b.progress("template build cached: %d/%d (%.0f ms)", i+1, b.cfg.TemplatesRuns, float64(d)/1e6)
 	}
@@ -479,7 +574,7 @@ func (b *bencher) templateStartCmd(ctx context.Context, nonce string, tr *Templa
 			tr.StartRecipe = src
 		}
 		*cleanup = append(*cleanup, names[i]+":latest")
-		if _, _, err := b.buildRecipe(ctx, []byte(src), tmp, names[i], false); err != nil {
+		if _, _, _, err := b.buildRecipe(ctx, []byte(src), tmp, names[i], false); err != nil {
 			return nil, nil, err
 		}
 	}

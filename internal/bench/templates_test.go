@@ -12,8 +12,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock/airlock/internal/dockerfile"
+	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/templates"
 )
 
@@ -44,7 +46,7 @@ func readBlob(t *testing.T, dir string, d ociDesc) []byte {
 
 // manifestDigest checks the layout at dir end to end and returns its
 // manifest's digest.
-func manifestDigest(t *testing.T, dir string, wantLayers int, wantBytes int64) string {
+func manifestDigest(t *testing.T, dir string, wantLayers int, wantBytes int64, wantVariant string) string {
 	t.Helper()
 	if b, err := os.ReadFile(filepath.Join(dir, "oci-layout")); err != nil || !strings.Contains(string(b), `"imageLayoutVersion":"1.0.0"`) {
 		t.Fatalf("oci-layout: %q, %v", b, err)
@@ -105,6 +107,11 @@ func manifestDigest(t *testing.T, dir string, wantLayers int, wantBytes int64) s
 			if hd.Typeflag == tar.TypeReg {
 				files = append(files, hd.Name)
 			}
+			if hd.Name == "etc/airlock-bench-variant" {
+				if b, _ := io.ReadAll(tr); string(b) != wantVariant+"\n" {
+					t.Errorf("variant file %q, want %q", b, wantVariant)
+				}
+			}
 		}
 		io.Copy(h, zr)
 		if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != cfg.RootFS.DiffIDs[i] {
@@ -132,7 +139,7 @@ func TestWriteBenchLayout(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		digests = append(digests, manifestDigest(t, d, n, size))
+		digests = append(digests, manifestDigest(t, d, n, size, v))
 		if n != 3 {
 			t.Errorf("%d layers, want 3", n)
 		}
@@ -188,14 +195,16 @@ func TestTemplatesRatios(t *testing.T) {
 		MTemplateBooted:      {Stats: st(4000)},
 		MTemplateSnapshot:    {Stats: st(400)},
 		MRunscDo:             {Stats: st(100)},
-		MTemplateBuildCached: {Stats: st(300)},
-		MTemplateBuildCold:   {Error: "failed"},
+		MTemplateBuildCached: {Stats: st(20)},
+		MTemplateBuildCold:   {Stats: st(180000)},
+		MCreateSequential:    {Error: "failed"},
 	}, Ratios: map[string]float64{}}
 	addTemplatesRatios(&rep)
 	want := map[string]float64{
 		"start_cmd_template_image_p50_over_booted_p50":   0.1,
 		"start_cmd_booted_p50_over_runsc_do_p50":         40,
 		"start_cmd_template_image_p50_over_runsc_do_p50": 4,
+		"template_build_base_cold_p50_over_cached_p50":   9000,
 	}
 	if len(rep.Ratios) != len(want) {
 		t.Errorf("ratios %v, want %v (none from a failed or absent measurement)", rep.Ratios, want)
@@ -215,5 +224,40 @@ func TestTemplatesNotInDefaultSet(t *testing.T) {
 	c.Only = []string{GroupTemplates}
 	if !c.wants(GroupTemplates) || !slices.Contains(Groups, GroupTemplates) {
 		t.Errorf("--only templates is not measured or not a group: %v", Groups)
+	}
+}
+
+func TestStepTimings(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 20, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	step := func(seq, idx, ms int, cached bool) model.BuildEvent {
+		return model.BuildEvent{Seq: seq, Time: at(ms), Type: "step", Step: &model.BuildStepReport{Index: idx, Cached: cached}}
+	}
+	// Out of order on purpose: the timings follow Seq.
+	events := []model.BuildEvent{
+		{Seq: 7, Time: at(5000), Type: "done", Digest: "sha256:x"},
+		step(1, -1, 0, true),
+		step(2, 0, 10, false),
+		{Seq: 3, Time: at(900), Type: "output", Text: "hello"},
+		{Seq: 4, Time: at(1200), Type: "info", Text: "step 1 done in 1.2 s"},
+		step(6, 2, 1300, false),
+		step(5, 1, 1210, true),
+	}
+	reports := []model.BuildStepReport{
+		{Index: -1, Text: "FROM base", Cached: true},
+		{Index: 0, Text: "RUN a"},
+		{Index: 1, Text: "ENV x=y", Cached: true, DurationMS: 0.05},
+		{Index: 2, Text: "RUN b"},
+		{Index: 3, Text: "never ran"},
+	}
+	got := StepTimings(reports, events)
+	want := []float64{10, 1200, 90, 3700, 0}
+	if len(got) != len(want) {
+		t.Fatalf("%d timings, want %d: %+v", len(got), len(want), got)
+	}
+	for i, w := range want {
+		if got[i].EventMS != w || got[i].Index != reports[i].Index || got[i].Text != reports[i].Text || got[i].Cached != reports[i].Cached || got[i].ReportedMS != reports[i].DurationMS {
+			t.Errorf("timing %d = %+v, want event_ms %v and the report %+v", i, got[i], w, reports[i])
+		}
 	}
 }
