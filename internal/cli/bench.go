@@ -16,7 +16,7 @@ import (
 var benchCmd = &command{
 	name:    "bench",
 	args:    "[--runtime gvisor] [--only GROUPS] [--iterations N] [--concurrency C] [--exec-iterations M] [--file-mib S] [--file-runs R] [--lifecycle-runs L] [--suspend-runs R] [--suspend-mib 16,256] [--pool-size P] [--pool-runs W] [--egress-requests N] [--egress-mib S] [--egress-runs R] [--templates-runs N] [--templates-boots B] [--templates-cold=false] [--data-dir DIR] [--out FILE]",
-	summary: "measure create→first-exec (cold and from a warm pool), exec round trip, file throughput, pause/resume and suspend/wake against the API, or (--only egress, as root) this machine's egress gateway data path; prints a JSON report",
+	summary: "measure create→first-exec (cold and from a warm pool), exec round trip, file throughput, pause/resume and suspend/wake against the API, (--only templates, as root) template import, build and start-command templates, or (--only egress, as root) this machine's egress gateway data path; prints a JSON report",
 	setup: func(fs *flag.FlagSet) func(context.Context, *runner, []string) error {
 		rt := fs.String("runtime", "", "sandbox `runtime` (default: the server's)")
 		tmpl := fs.String("template", "base", "`template` for every sandbox")
