@@ -67,8 +67,22 @@ type Config struct {
 	// (default 10). It needs an operator key.
 	PoolSize int
 	PoolRuns int
+	// TemplatesRuns is how many template imports and cached rebuilds of
+	// the base recipe GroupTemplates times (default 5); TemplatesBoots how
+	// many start-command template variants it boots (default 10; the
+	// samples from the template image are Sandboxes); TemplatesCold
+	// whether it times one --no-cache build of the base recipe (minutes).
+	TemplatesRuns  int
+	TemplatesBoots int
+	TemplatesCold  bool
+	// Airlock is the airlock binary GroupTemplates runs `airlock template
+	// import` with and DataDir the worker's data directory it imports
+	// into ("": the import is skipped).
+	Airlock string
+	DataDir string
 	// Only restricts the run to these groups (see Groups; nil: all but
-	// GroupEgress, which measures this machine rather than the API).
+	// GroupEgress, which measures this machine rather than the API, and
+	// GroupTemplates, which builds for minutes and imports into DataDir).
 	Only []string
 	// EgressRun runs GroupEgress (nil: the group is skipped, with the
 	// reason in the report) and EgressConfig says how much it measures.
@@ -81,7 +95,7 @@ type Config struct {
 // wants reports whether group g is to be measured.
 func (c *Config) wants(g string) bool {
 	if len(c.Only) == 0 {
-		return g != GroupEgress
+		return g != GroupEgress && g != GroupTemplates
 	}
 	return slices.Contains(c.Only, g)
 }
@@ -118,6 +132,12 @@ func (c *Config) defaults() {
 	if c.PoolRuns <= 0 {
 		c.PoolRuns = 10
 	}
+	if c.TemplatesRuns <= 0 {
+		c.TemplatesRuns = 5
+	}
+	if c.TemplatesBoots <= 0 {
+		c.TemplatesBoots = 10
+	}
 	if c.Progress == nil {
 		c.Progress = io.Discard
 	}
@@ -133,6 +153,8 @@ type Report struct {
 	Ratios map[string]float64 `json:"ratios"`
 	// Egress is GroupEgress's report (absent when not asked for).
 	Egress *EgressReport `json:"egress,omitempty"`
+	// Templates is GroupTemplates's report (absent when not asked for).
+	Templates *TemplatesReport `json:"templates,omitempty"`
 	// Errors lists the measurements that failed, also inside Measurements.
 	Errors []string `json:"errors,omitempty"`
 }
@@ -170,6 +192,10 @@ type Parameters struct {
 	EgressRequests      int   `json:"egress_requests,omitempty"`
 	EgressDownloadBytes int64 `json:"egress_download_bytes,omitempty"`
 	EgressDownloadRuns  int   `json:"egress_download_runs,omitempty"`
+	// GroupTemplates's, when it runs.
+	TemplatesRuns  int  `json:"templates_runs,omitempty"`
+	TemplatesBoots int  `json:"templates_boots,omitempty"`
+	TemplatesCold  bool `json:"templates_cold,omitempty"`
 }
 
 // Measurement is one measured quantity: statistics, or why it is absent.
@@ -212,6 +238,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		e := cfg.EgressConfig
 		e.Defaults()
 		rep.Parameters.EgressRequests, rep.Parameters.EgressDownloadBytes, rep.Parameters.EgressDownloadRuns = e.Requests, e.DownloadBytes, e.DownloadRuns
+	}
+	if cfg.wants(GroupTemplates) {
+		rep.Parameters.TemplatesRuns, rep.Parameters.TemplatesBoots, rep.Parameters.TemplatesCold = cfg.TemplatesRuns, cfg.TemplatesBoots, cfg.TemplatesCold
 	}
 	defer b.cleanup(ctx)
 
@@ -288,6 +317,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			m.Note = fmt.Sprintf("%d of %d creates were started from the template image", n, cfg.Sandboxes)
 			rep.Measurements[MImageCreate] = m
 		}
+	}
+	if ctx.Err() == nil && cfg.wants(GroupTemplates) {
+		b.runTemplates(ctx, &rep, record)
 	}
 	if ctx.Err() == nil && cfg.wants(GroupEgress) {
 		b.runEgress(ctx, &rep)

@@ -15,8 +15,8 @@ import (
 
 var benchCmd = &command{
 	name:    "bench",
-	args:    "[--runtime gvisor] [--only GROUPS] [--iterations N] [--concurrency C] [--exec-iterations M] [--file-mib S] [--file-runs R] [--lifecycle-runs L] [--suspend-runs R] [--suspend-mib 16,256] [--pool-size P] [--pool-runs W] [--egress-requests N] [--egress-mib S] [--egress-runs R] [--out FILE]",
-	summary: "measure create→first-exec (cold and from a warm pool), exec round trip, file throughput, pause/resume and suspend/wake against the API, or (--only egress, as root) this machine's egress gateway data path; prints a JSON report",
+	args:    "[--runtime gvisor] [--only GROUPS] [--iterations N] [--concurrency C] [--exec-iterations M] [--file-mib S] [--file-runs R] [--lifecycle-runs L] [--suspend-runs R] [--suspend-mib 16,256] [--pool-size P] [--pool-runs W] [--egress-requests N] [--egress-mib S] [--egress-runs R] [--templates-runs N] [--templates-boots B] [--templates-cold=false] [--data-dir DIR] [--out FILE]",
+	summary: "measure create→first-exec (cold and from a warm pool), exec round trip, file throughput, pause/resume and suspend/wake against the API, (--only templates, as root) template import, build and start-command templates, or (--only egress, as root) this machine's egress gateway data path; prints a JSON report",
 	setup: func(fs *flag.FlagSet) func(context.Context, *runner, []string) error {
 		rt := fs.String("runtime", "", "sandbox `runtime` (default: the server's)")
 		tmpl := fs.String("template", "base", "`template` for every sandbox")
@@ -33,6 +33,10 @@ var benchCmd = &command{
 		egressN := fs.Int("egress-requests", 200, "timed requests per egress latency case and path")
 		egressMiB := fs.Int("egress-mib", 256, "size of the egress download and upload in `MiB`")
 		egressRuns := fs.Int("egress-runs", 5, "timed egress downloads and uploads per path")
+		templatesRuns := fs.Int("templates-runs", 5, "template imports and cached rebuilds of the base recipe (group templates)")
+		templatesBoots := fs.Int("templates-boots", 10, "start-command template variants booted (group templates)")
+		templatesCold := fs.Bool("templates-cold", true, "time one --no-cache build of the base recipe (group templates; minutes)")
+		dataDir := fs.String("data-dir", "", "the worker's data `directory`: runsc for the baseline, and where group templates imports (default $AIRLOCK_DATA_DIR, else ~/.local/share/airlock)")
 		only := fs.String("only", "", "comma-separated measurement `groups` ("+strings.Join(bench.Groups, ", ")+"; default all but egress)")
 		out := fs.String("out", "", "also write the report to `FILE`")
 		return func(ctx context.Context, r *runner, args []string) error {
@@ -41,7 +45,8 @@ var benchCmd = &command{
 			}
 			for name, v := range map[string]int{"iterations": *n, "concurrency": *conc, "exec-iterations": *execN, "file-mib": *fileMiB, "file-runs": *fileRuns,
 				"lifecycle-runs": *lifecycleRuns, "suspend-runs": *suspendRuns, "pool-size": *poolSize, "pool-runs": *poolRuns,
-				"egress-requests": *egressN, "egress-mib": *egressMiB, "egress-runs": *egressRuns} {
+				"egress-requests": *egressN, "egress-mib": *egressMiB, "egress-runs": *egressRuns,
+				"templates-runs": *templatesRuns, "templates-boots": *templatesBoots} {
 				if v <= 0 {
 					return usagef("bench", "--%s must be positive", name)
 				}
@@ -77,13 +82,21 @@ var benchCmd = &command{
 				}
 				apiURL = cfg.URL
 			}
-			runsc, why := bench.FindRunsc(r.env.getenv, DataDir(r.env.getenv))
+			dd := *dataDir
+			if dd == "" {
+				dd = DataDir(r.env.getenv)
+			}
+			runsc, why := bench.FindRunsc(r.env.getenv, dd)
+			self, _ := os.Executable() // "" skips the import measurement
+
 			rep, runErr := bench.Run(ctx, bench.Config{
 				Client: c, APIURL: apiURL, Runtime: *rt, Template: *tmpl,
 				Sandboxes: *n, Concurrency: *conc, ExecIterations: *execN,
 				FileBytes: int64(*fileMiB) << 20, FileRuns: *fileRuns,
 				LifecycleRuns: *lifecycleRuns, SuspendRuns: *suspendRuns, SuspendMiB: sizes,
 				PoolSize: *poolSize, PoolRuns: *poolRuns, Only: groups,
+				TemplatesRuns: *templatesRuns, TemplatesBoots: *templatesBoots, TemplatesCold: *templatesCold,
+				Airlock: self, DataDir: dd,
 				Runsc: runsc, RunscWhy: why, Progress: r.stderr,
 				EgressRun:    r.env.BenchEgress,
 				EgressConfig: bench.EgressConfig{Requests: *egressN, DownloadBytes: int64(*egressMiB) << 20, DownloadRuns: *egressRuns, Runsc: runsc, RunscWhy: why},
