@@ -142,7 +142,7 @@ func runBuild(ctx context.Context, c *client.Client, spec model.BuildSpec, files
 				printf("step %s  %s%s\n", n, ev.Step.Text, cached)
 			case "output":
 				printf("  | %s\n", ev.Text)
-			case "info":
+			case "info", "step_done":
 				printf("  %s\n", ev.Text)
 			case "error":
 				printf("error: %s\n", ev.Text)

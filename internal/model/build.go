@@ -124,9 +124,10 @@ type BuildStepReport struct {
 type BuildEvent struct {
 	Seq  int       `json:"seq"`
 	Time time.Time `json:"time"`
-	// Type: "step" (a step begins: Step, Text, Cached), "output" (a line
-	// of a RUN step's output: Stream "stdout"/"stderr", Text), "info",
-	// "done" (Digest), "error" (Text).
+	// Type: "step" (a step begins: Step, Text, Cached), "step_done" (a
+	// step that ran has ended: Step with its duration, Text), "output" (a
+	// line of a RUN step's output: Stream "stdout"/"stderr", Text),
+	// "info", "done" (Digest), "error" (Text).
 	Type   string           `json:"type"`
 	Step   *BuildStepReport `json:"step,omitempty"`
 	Stream string           `json:"stream,omitempty"`

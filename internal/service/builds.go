@@ -712,7 +712,7 @@ func (r *buildRun) onEvent(ev model.BuildEvent) {
 		}
 	case "done":
 		r.digest = ev.Digest
-	case "step":
+	case "step", "step_done":
 		if ev.Step != nil {
 			r.b.Steps = upsertStep(r.b.Steps, *ev.Step)
 		}

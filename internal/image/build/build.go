@@ -250,7 +250,7 @@ func (b *Builder) Build(ctx context.Context, req Request, emit Emit) (model.Temp
 			return model.Template{}, reports, fmt.Errorf("step %d (%s): cache: %w", i+1, rep.Text, err)
 		}
 		rep.DurationMS = ms(time.Since(t0))
-		emit(model.BuildEvent{Type: "info", Text: fmt.Sprintf("step %d done in %.1f s", i+1, rep.DurationMS/1000)})
+		emit(model.BuildEvent{Type: "step_done", Step: &rep, Text: fmt.Sprintf("step %d done in %.1f s", i+1, rep.DurationMS/1000)})
 		reports = append(reports, rep)
 		tree = filepath.Join(b.entryDir(key), "rootfs")
 	}
