@@ -225,6 +225,14 @@ func up(ctx context.Context, args []string) error {
 	fmt.Printf("AIRLOCK_URL=%s\nAIRLOCK_DATA_DIR=%s\n", url, *dataDir)
 	select {
 	case <-ctx.Done():
+		// The worker's Run returns once its actions are done (a build
+		// step's sandbox and overlay released): exiting before would
+		// leave them behind.
+		select {
+		case <-errc:
+		case <-time.After(workerStopWait):
+			log.Warn("the worker did not stop in time; exiting anyway", "waited", workerStopWait)
+		}
 		return nil
 	case err := <-errc:
 		if ctx.Err() != nil {
@@ -233,6 +241,10 @@ func up(ctx context.Context, args []string) error {
 		return err
 	}
 }
+
+// workerStopWait bounds how long `airlock up` waits for its worker to
+// stop after a signal.
+const workerStopWait = 15 * time.Second
 
 func serverCmd(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("airlock server", flag.ContinueOnError)

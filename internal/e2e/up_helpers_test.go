@@ -28,7 +28,11 @@ func newUp(t *testing.T, s *stack, scheme string) upInstance {
 	dir := t.TempDir()
 	// runsc keeps one nsfs mount per state dir for --network=none sandboxes.
 	t.Cleanup(func() { syscall.Unmount(filepath.Join(dir, "runsc", "null-netns"), syscall.MNT_DETACH) })
-	for _, d := range []string{"cache", "bin"} {
+	// build-cache too: the shipped templates' steps are built once.
+	if err := os.MkdirAll(filepath.Join(s.workerDir, "build-cache"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"cache", "bin", "build-cache"} {
 		if err := os.Symlink(filepath.Join(s.workerDir, d), filepath.Join(dir, d)); err != nil {
 			t.Fatal(err)
 		}

@@ -157,9 +157,10 @@ func (b *Builder) Build(ctx context.Context, req Request, emit Emit) (model.Temp
 		b.mu.Lock()
 	}
 	defer b.mu.Unlock()
-	// And across processes on the data directory (a worker and `airlock
-	// up` of tests sharing a cache).
-	unlock, err := lockFile(filepath.Join(b.Dir, "build.lock"), func() {
+	// And across processes using the cache (the lock is in it: data
+	// directories whose build-cache is one directory, as tests' are,
+	// share it).
+	unlock, err := lockFile(filepath.Join(b.cacheDir(), ".lock"), func() {
 		emit(model.BuildEvent{Type: "info", Text: "waiting for a build of another process on this data directory"})
 	})
 	if err != nil {
@@ -691,6 +692,9 @@ func (b *Builder) GC(now time.Time) (removed int) {
 	}
 	for _, e := range entries {
 		dir := filepath.Join(b.cacheDir(), e.Name())
+		if strings.HasPrefix(e.Name(), ".") {
+			continue // the lock
+		}
 		if strings.HasSuffix(e.Name(), ".seen") || strings.HasSuffix(e.Name(), ".result") {
 			if fi, err := e.Info(); err == nil && now.Sub(fi.ModTime()) >= CacheTTL {
 				os.Remove(dir)
