@@ -1,6 +1,9 @@
 package service
 
 import (
+	"archive/tar"
+	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -45,6 +48,17 @@ func (s *Service) ImportTemplate(ctx context.Context, p Principal, name, tag, re
 	if name == BaseTemplate {
 		return model.Template{}, model.Errorf(model.ErrConflict, "template %s is the built-in base template; import under another name", BaseTemplate)
 	}
+	// The archive's first header, before a worker is chosen: what is not
+	// a tar is the caller's to fix (422), whatever the workers' state.
+	br := bufio.NewReaderSize(archive, 4096)
+	head, _ := br.Peek(512)
+	if len(head) >= 2 && head[0] == 0x1f && head[1] == 0x8b {
+		return model.Template{}, model.Errorf(model.ErrUnprocessable, "the image archive is gzip-compressed; send the uncompressed tar (gunzip it first)")
+	}
+	if _, err := tar.NewReader(bytes.NewReader(head)).Next(); err != nil {
+		return model.Template{}, model.Errorf(model.ErrUnprocessable, "the body is not a tar archive (%v): send an OCI image layout tar or a docker save archive", err)
+	}
+	archive = br
 	imp, ok := s.dataPlane().(TemplateImporter)
 	if !ok {
 		return model.Template{}, model.Errorf(model.ErrUnavailable, "this server cannot send imports to workers")
