@@ -210,6 +210,7 @@ type fakeWorker struct {
 	e     *env
 	id    string
 	token string
+	free  *int // reported free memory (nil: none)
 }
 
 func (e *env) worker(id string) *fakeWorker { return &fakeWorker{e: e, id: id, token: testToken} }
@@ -264,7 +265,7 @@ func (w *fakeWorker) register(templates ...model.Template) workerapi.RegisterRes
 	w.e.secretsMu.Unlock()
 	out, err := w.client().Register(w.e.ctx, workerapi.RegisterRequest{
 		ID: w.id, DataPlaneURL: "http://127.0.0.1:1/" + w.id, Runtimes: []string{"gvisor"},
-		CapacityMiB: 4096, CapacityVCPUs: 4, Templates: templates, Secret: secret,
+		CapacityMiB: 4096, CapacityVCPUs: 4, Templates: templates, Secret: secret, FreeMiB: w.free,
 	})
 	if err != nil {
 		w.e.t.Fatalf("register: %v", err)
@@ -284,7 +285,7 @@ func (w *fakeWorker) register(templates ...model.Template) workerapi.RegisterRes
 // assignment version is negative).
 func (w *fakeWorker) sync(version int64, wait time.Duration, observed ...workerapi.Observed) workerapi.SyncResponse {
 	w.e.t.Helper()
-	out, err := w.client().Sync(w.e.ctx, w.id, workerapi.SyncRequest{Observed: observed}, wait, version)
+	out, err := w.client().Sync(w.e.ctx, w.id, workerapi.SyncRequest{Observed: observed, FreeMiB: w.free}, wait, version)
 	if err != nil {
 		w.e.t.Fatalf("sync: %v", err)
 	}

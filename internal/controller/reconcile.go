@@ -158,8 +158,7 @@ func (c *Controller) reconcile(ctx context.Context, r *round, id string) error {
 		}
 		if a.sb != nil && sb.State == model.StatePending && a.sb.State == model.StateStarting {
 			l := r.load[a.sb.WorkerID]
-			l.MemoryMiB += a.sb.Resources.MemoryMiB
-			l.VCPUs += a.sb.Resources.VCPUs
+			l.Add(a.sb.Resources, a.sb.State)
 			r.load[a.sb.WorkerID] = l
 		}
 	}

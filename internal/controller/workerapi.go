@@ -105,8 +105,8 @@ func (c *Controller) Register(ctx context.Context, req workerapi.RegisterRequest
 	if u, err := url.Parse(req.DataPlaneURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return workerapi.RegisterResponse{}, model.Errorf(model.ErrInvalid, "data_plane_url %q: want an absolute http(s) URL", req.DataPlaneURL)
 	}
-	if req.CapacityMiB < 0 || req.CapacityVCPUs < 0 {
-		return workerapi.RegisterResponse{}, model.Errorf(model.ErrInvalid, "capacity must not be negative")
+	if req.CapacityMiB < 0 || req.CapacityVCPUs < 0 || (req.FreeMiB != nil && *req.FreeMiB < 0) {
+		return workerapi.RegisterResponse{}, model.Errorf(model.ErrInvalid, "capacity and free memory must not be negative")
 	}
 	if err := validTemplates(req.Templates); err != nil {
 		return workerapi.RegisterResponse{}, err
@@ -134,6 +134,7 @@ func (c *Controller) Register(ctx context.Context, req workerapi.RegisterRequest
 		Templates:     digests(req.Templates),
 		CapacityMiB:   req.CapacityMiB,
 		CapacityVCPUs: req.CapacityVCPUs,
+		FreeMiB:       req.FreeMiB,
 		LastHeartbeat: now,
 		CreatedAt:     now,
 	}
@@ -224,7 +225,7 @@ func digests(ts []model.Template) []string {
 // large to read (workerapi.Server): one runaway report does not mark the
 // worker unreachable.
 func (c *Controller) Heartbeat(ctx context.Context, id string) error {
-	if _, err := c.heartbeat(ctx, id, nil); err != nil {
+	if _, err := c.heartbeat(ctx, id, nil, nil); err != nil {
 		c.log.Warn("controller: heartbeat of an oversized sync", "worker", id, "err", err)
 		return err
 	}
@@ -253,7 +254,10 @@ func (c *Controller) sync(ctx context.Context, id string, req workerapi.SyncRequ
 		return workerapi.SyncResponse{}, err
 	}
 	t0 := time.Now()
-	wasFresh, err := c.heartbeat(ctx, id, req.Templates)
+	if req.FreeMiB != nil && *req.FreeMiB < 0 {
+		return workerapi.SyncResponse{}, model.Errorf(model.ErrInvalid, "free_mib must not be negative")
+	}
+	wasFresh, err := c.heartbeat(ctx, id, req.Templates, req.FreeMiB)
 	if err != nil {
 		return workerapi.SyncResponse{}, err
 	}
@@ -305,7 +309,7 @@ func (c *Controller) sync(ctx context.Context, id string, req workerapi.SyncRequ
 			return resp, nil
 		case <-wake:
 		case <-beat.C:
-			if _, err := c.heartbeat(ctx, id, nil); err != nil {
+			if _, err := c.heartbeat(ctx, id, nil, nil); err != nil {
 				c.waiting.Add(-1)
 				return workerapi.SyncResponse{}, err
 			}
@@ -339,7 +343,7 @@ func (c *Controller) boundObserved(wid string, o workerapi.Observed) workerapi.O
 
 // heartbeat refreshes worker id's LastHeartbeat (and its templates when
 // templates is not nil) and reports whether it was fresh before.
-func (c *Controller) heartbeat(ctx context.Context, id string, templates []model.Template) (bool, error) {
+func (c *Controller) heartbeat(ctx context.Context, id string, templates []model.Template, free *int) (bool, error) {
 	wk, err := c.st.GetWorker(ctx, id)
 	if errors.Is(err, model.ErrNotFound) {
 		return false, model.Errorf(model.ErrNotFound, "worker %s is not registered: register first", id)
@@ -349,12 +353,19 @@ func (c *Controller) heartbeat(ctx context.Context, id string, templates []model
 	}
 	now := c.now()
 	wasFresh := now.Sub(wk.LastHeartbeat) <= c.cfg.HeartbeatTTL
-	if templates == nil && wasFresh && now.Sub(wk.LastHeartbeat) < c.cfg.HeartbeatTTL/5 && !now.Before(wk.LastHeartbeat) {
+	freeMoved := freeChange(wk.FreeMiB, free)
+	if templates == nil && freeMoved == 0 && wasFresh && now.Sub(wk.LastHeartbeat) < c.cfg.HeartbeatTTL/5 && !now.Before(wk.LastHeartbeat) {
 		// Recent enough: a sync that reports observations quickly (a pause,
 		// a resume) skips the write.
 		return true, nil
 	}
 	wk.LastHeartbeat = now
+	if free != nil || freeMoved != 0 {
+		wk.FreeMiB = free
+	}
+	if freeMoved > 0 {
+		wasFresh = false // memory came free: pending sandboxes may fit now
+	}
 	if templates != nil {
 		if ds := digests(templates); !slices.Equal(ds, wk.Templates) {
 			if err := c.putTemplates(ctx, templates, now); err != nil {
@@ -368,6 +379,27 @@ func (c *Controller) heartbeat(ctx context.Context, id string, templates []model
 		return false, fmt.Errorf("controller: heartbeat %s: upsert worker: %w", id, err)
 	}
 	return wasFresh, nil
+}
+
+// freeReportStep is how far a worker's reported free memory must move for
+// a sync to write it at once (smaller moves wait for the next heartbeat
+// write): enough to start one more sandbox (scheduler.StartFootprintMiB).
+const freeReportStep = 64
+
+// freeChange compares a worker's stored free memory with its new report:
+// 1 when the new one is at least freeReportStep higher (or newly
+// reported), -1 when that much lower, 0 otherwise (also when the report is
+// absent: an older worker keeps what it had).
+func freeChange(old, cur *int) int {
+	switch {
+	case cur == nil:
+		return 0
+	case old == nil || *cur-*old >= freeReportStep:
+		return 1
+	case *old-*cur >= freeReportStep:
+		return -1
+	}
+	return 0
 }
 
 // observe applies what worker wid saw of one sandbox and reports whether it

@@ -24,7 +24,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -108,6 +107,7 @@ func up(ctx context.Context, args []string) error {
 	withQEMU := fs.Bool("qemu", true, "also offer the qemu microVM runtime (set up in the background on first start)")
 	images := fs.String("template-images", DefaultTemplateImages, templateImagesUsage)
 	shipped := fs.String("build-templates", defaultShipped, shippedUsage)
+	capf := addCapacityFlags(fs)
 	deadline := fs.Duration("operation-deadline", 0, "how long a lifecycle operation may take (0: 30m)")
 	quotas := addQuotaFlags(fs)
 	eg := addEgressFlags(fs)
@@ -120,6 +120,10 @@ func up(ctx context.Context, args []string) error {
 		return err
 	}
 	tlsCfg, err := tlsf.serverConfig()
+	if err != nil {
+		return err
+	}
+	capacity, err := capf.resolve()
 	if err != nil {
 		return err
 	}
@@ -199,7 +203,7 @@ func up(ctx context.Context, args []string) error {
 	wo := workerOptions{
 		dataDir: *dataDir, serverURL: url, token: wt, dataListen: *dataListen,
 		id: workerID, log: log, progress: progress, qemu: *withQEMU, templateImages: runtimeSet(*images),
-		tls: tlsCfg, egress: eg, shipped: runtimeSet(*shipped),
+		tls: tlsCfg, egress: eg, shipped: runtimeSet(*shipped), capacity: capacity,
 	}
 	if wo.metrics, err = startMetrics(ctx, *metricsAddr, log); err != nil {
 		return err
@@ -336,6 +340,7 @@ func workerCmd(ctx context.Context, args []string) error {
 	images := fs.String("template-images", DefaultTemplateImages, templateImagesUsage)
 	shipped := fs.String("build-templates", defaultShipped, shippedUsage)
 	dataListen := fs.String("data-listen", "127.0.0.1:7071", "address of the data plane")
+	capf := addCapacityFlags(fs)
 	advertise := fs.String("advertise-url", "", "data-plane URL clients use (default http(s)://<data-listen>)")
 	id := fs.String("id", "", "worker id (default: generated once and kept in <data-dir>/worker.id)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
@@ -359,13 +364,18 @@ func workerCmd(ctx context.Context, args []string) error {
 	if err := tlsf.trust(); err != nil {
 		return err
 	}
+	capacity, err := capf.resolve()
+	if err != nil {
+		return err
+	}
 	log := newLogger(*logLevel)
 	m, err := startMetrics(ctx, *metricsAddr, log)
 	if err != nil {
 		return err
 	}
 	w, err := newWorker(ctx, workerOptions{
-		dataDir: *dataDir, serverURL: *serverURL, token: *workerToken,
+		capacity: capacity,
+		dataDir:  *dataDir, serverURL: *serverURL, token: *workerToken,
 		dataListen: *dataListen, advertise: *advertise, id: *id, log: log, progress: progressWriter{},
 		qemu: *withQEMU, templateImages: runtimeSet(*images), tls: tlsCfg, egress: eg, metrics: m,
 		shipped: runtimeSet(*shipped),
@@ -502,6 +512,9 @@ type workerOptions struct {
 	metrics        *metrics     // --metrics-addr's registry (nil: off)
 	// shipped: the shipped templates built at start (--build-templates).
 	shipped map[string]bool
+	// capacity: what the worker offers (--cpu-overcommit and friends;
+	// the zero value: the defaults for this host).
+	capacity capacity
 }
 
 // templateImagesUsage documents --template-images.
@@ -581,7 +594,12 @@ func newWorker(ctx context.Context, o workerOptions) (*worker.Worker, error) {
 	if adv == "" {
 		adv = scheme + "://" + ln.Addr().String()
 	}
-	mem, cpus := capacity()
+	if o.capacity.free == nil {
+		if o.capacity, err = (capacityFlags{cpu: ptr(worker.DefaultCPUOvercommit), mem: ptr(worker.DefaultMemoryOvercommit), reserve: ptr(-1)}).resolve(); err != nil {
+			return nil, err
+		}
+	}
+	o.log.Info("worker capacity", "vcpus", o.capacity.vcpus, "memory_mib", o.capacity.mib, "memory_reserve_mib", o.capacity.reserveMiB)
 	var netCfg network.Config
 	var gw worker.Gateway
 	netLog := worker.NewNetLog()
@@ -604,8 +622,9 @@ func newWorker(ctx context.Context, o workerOptions) (*worker.Worker, error) {
 			rep, err := oci.Import(ctx, o.dataDir, archive, oci.Options{Name: name, Tag: tag, Ref: ref, Agent: agent})
 			return rep.Template, err
 		},
-		CapacityMiB:   mem,
-		CapacityVCPUs: cpus,
+		CapacityMiB:   o.capacity.mib,
+		CapacityVCPUs: o.capacity.vcpus,
+		FreeMiB:       o.capacity.free,
 		Logger:        o.log.With("component", "worker"),
 	})
 	if err != nil {
@@ -657,19 +676,7 @@ func (o workerOptions) runtimes(ctx context.Context, runsc, agent string) (*airr
 
 // capacity is what this host offers: its memory, and its cores oversubscribed
 // 8× (gVisor sandboxes mostly idle between commands).
-func capacity() (memMiB, vcpus int) {
-	memMiB = 4096
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		var kb int
-		for _, line := range strings.Split(string(b), "\n") {
-			if _, err := fmt.Sscanf(line, "MemTotal: %d kB", &kb); err == nil {
-				memMiB = kb / 1024
-				break
-			}
-		}
-	}
-	return memMiB, runtime.NumCPU() * 8
-}
+func ptr[T any](v T) *T { return &v }
 
 // findAgent locates airlock-agent: beside this executable, then on PATH.
 func findAgent() (string, error) {

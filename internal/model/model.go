@@ -404,12 +404,20 @@ type Worker struct {
 	DataPlaneURL string `json:"data_plane_url"` // base URL clients attach to
 	InternalURL  string `json:"internal_url"`   // base URL the server calls
 	// Runtimes are the runtimes the worker offers, with what each can do.
-	Runtimes      []RuntimeInfo `json:"runtimes"`
-	Templates     []string      `json:"templates"` // digests present on the worker
-	CapacityMiB   int           `json:"capacity_mib"`
-	CapacityVCPUs int           `json:"capacity_vcpus"`
-	LastHeartbeat time.Time     `json:"last_heartbeat"`
-	CreatedAt     time.Time     `json:"created_at"`
+	Runtimes  []RuntimeInfo `json:"runtimes"`
+	Templates []string      `json:"templates"` // digests present on the worker
+	// CapacityMiB and CapacityVCPUs are what the worker offers sandboxes'
+	// limits: its memory and cores, each multiplied by the operator's
+	// overcommit (docs/operations.md).
+	CapacityMiB   int `json:"capacity_mib"`
+	CapacityVCPUs int `json:"capacity_vcpus"`
+	// FreeMiB is the memory the worker's host had free for sandboxes at its
+	// last report (available memory less the worker's reserve), measured,
+	// unlike the reservations capacity counts; nil: never reported (an
+	// older worker), and placement checks reservations only.
+	FreeMiB       *int      `json:"free_mib,omitempty"`
+	LastHeartbeat time.Time `json:"last_heartbeat"`
+	CreatedAt     time.Time `json:"created_at"`
 }
 
 // RuntimeCaps are the optional powers of a runtime, as its driver declares

@@ -91,8 +91,41 @@ func Ready(workers []model.Worker, now time.Time, ttl time.Duration) error {
 
 // Load is what a worker's sandboxes already reserve.
 type Load struct {
+	// MemoryMiB is the memory limits of the sandboxes that hold capacity
+	// (Reserves), VCPUs the vCPU limits of those that can run (HoldsCPU:
+	// a paused sandbox cannot).
 	MemoryMiB int
 	VCPUs     int
+	// StartingMiB is the start footprint (StartFootprint) of the worker's
+	// sandboxes that are starting or waking: memory they are about to take
+	// that the worker's last reported free memory (model.Worker.FreeMiB)
+	// may not show yet.
+	StartingMiB int
+}
+
+// StartFootprintMiB is the memory a starting sandbox is taken to need at
+// once from its worker's free memory: an idle gVisor sandbox holds about
+// 15 MiB, a booting QEMU guest touches more as it runs, which the next
+// report shows. It is checked against measured free memory, never against
+// the reservations that overcommit governs.
+const StartFootprintMiB = 64
+
+// StartFootprint is the measured free memory a sandbox of res needs to be
+// placed: StartFootprintMiB, or its whole limit when that is smaller.
+func StartFootprint(res model.Resources) int { return min(res.MemoryMiB, StartFootprintMiB) }
+
+// Add counts sb, in state s on its worker, into l.
+func (l *Load) Add(res model.Resources, s model.SandboxState) {
+	if !Reserves(s) {
+		return
+	}
+	l.MemoryMiB += res.MemoryMiB
+	if HoldsCPU(s) {
+		l.VCPUs += res.VCPUs
+	}
+	if s == model.StateStarting || s == model.StateWaking {
+		l.StartingMiB += StartFootprint(res)
+	}
 }
 
 // Request is what a sandbox needs from a worker.
@@ -124,6 +157,12 @@ func Reserves(s model.SandboxState) bool {
 	return !s.Terminal() && s != model.StatePending && s != model.StateSuspended
 }
 
+// HoldsCPU reports whether a sandbox in state s counts its vCPUs against
+// its worker's: one that Reserves and is not paused (a paused sandbox's
+// vCPUs are stopped; resuming it may overcommit the worker's CPU, which
+// slows sandboxes down but never fails them, unlike memory).
+func HoldsCPU(s model.SandboxState) bool { return Reserves(s) && s != model.StatePaused }
+
 // LoadOf sums the resources reserved on each worker by sandboxes.
 func LoadOf(sandboxes []model.Sandbox) map[string]Load {
 	load := make(map[string]Load)
@@ -132,8 +171,7 @@ func LoadOf(sandboxes []model.Sandbox) map[string]Load {
 			continue
 		}
 		l := load[sb.WorkerID]
-		l.MemoryMiB += sb.Resources.MemoryMiB
-		l.VCPUs += sb.Resources.VCPUs
+		l.Add(sb.Resources, sb.State)
 		load[sb.WorkerID] = l
 	}
 	return load
@@ -146,16 +184,22 @@ func Fresh(w model.Worker, now time.Time, ttl time.Duration) bool {
 
 // Pick returns the worker that should run req: among workers with a fresh
 // heartbeat, the runtime, the powers req needs of it (as the worker
-// declared them: model.RuntimeCaps), the template digest and enough free
-// memory and vCPUs (capacity minus load), the one with the most free memory
-// (then most free vCPUs, then lowest ID). When none fits the error wraps
-// model.ErrUnavailable and names the first filter that left no candidate.
+// declared them: model.RuntimeCaps), the template digest, enough capacity
+// (capacity minus load: memory and vCPUs, both already multiplied by the
+// worker's overcommit) and enough measured free memory for the sandbox's
+// start (model.Worker.FreeMiB, less what its starting sandboxes are about
+// to take, at least StartFootprint), the one with the most free capacity
+// memory (then most free vCPUs, then lowest ID). When none fits the error
+// wraps model.ErrUnavailable and names the first filter that left no
+// candidate.
 func Pick(workers []model.Worker, load map[string]Load, req Request, now time.Time, heartbeatTTL time.Duration) (string, error) {
 	type candidate struct {
 		id               string
 		freeMiB, freeCPU int
+		measuredMiB      int // model.Worker.FreeMiB less starting sandboxes' footprints (-1: not reported)
 	}
-	var live, withRuntime, capable, withTemplate int
+	var live, withRuntime, capable, withTemplate, withCapacity int
+	var short *candidate // most measured free memory among those with capacity, for the message
 	var fits []candidate
 	var best *candidate // most free memory among those with the template, for the message
 	for _, w := range workers {
@@ -177,13 +221,24 @@ func Pick(workers []model.Worker, load map[string]Load, req Request, now time.Ti
 		}
 		withTemplate++
 		l := load[w.ID]
-		c := candidate{id: w.ID, freeMiB: w.CapacityMiB - l.MemoryMiB, freeCPU: w.CapacityVCPUs - l.VCPUs}
+		c := candidate{id: w.ID, freeMiB: w.CapacityMiB - l.MemoryMiB, freeCPU: w.CapacityVCPUs - l.VCPUs, measuredMiB: -1}
+		if w.FreeMiB != nil {
+			c.measuredMiB = max(*w.FreeMiB-l.StartingMiB, 0)
+		}
 		if best == nil || c.freeMiB > best.freeMiB {
 			best = &c
 		}
-		if c.freeMiB >= req.Resources.MemoryMiB && c.freeCPU >= req.Resources.VCPUs {
-			fits = append(fits, c)
+		if c.freeMiB < req.Resources.MemoryMiB || c.freeCPU < req.Resources.VCPUs {
+			continue
 		}
+		withCapacity++
+		if short == nil || c.measuredMiB > short.measuredMiB {
+			short = &c
+		}
+		if c.measuredMiB >= 0 && c.measuredMiB < StartFootprint(req.Resources) {
+			continue // its host would really run out
+		}
+		fits = append(fits, c)
 	}
 	switch {
 	case live == 0:
@@ -194,6 +249,10 @@ func Pick(workers []model.Worker, load map[string]Load, req Request, now time.Ti
 		return "", model.Errorf(model.ErrUnavailable, "no live worker's runtime %q can %s", req.Runtime, describeNeeds(req.Needs))
 	case withTemplate == 0:
 		return "", model.Errorf(model.ErrUnavailable, "no live worker with runtime %q has template %s", req.Runtime, req.TemplateDigest)
+	case withCapacity > 0 && len(fits) == 0:
+		return "", model.Errorf(model.ErrUnavailable,
+			"no worker has the memory free to start a sandbox (%d MiB needed at start; most free: %d MiB on worker %s, after the sandboxes starting there)",
+			StartFootprint(req.Resources), short.measuredMiB, short.id)
 	case len(fits) == 0:
 		return "", model.Errorf(model.ErrUnavailable,
 			"no worker has capacity for %d MiB and %d vCPUs (most free: %d MiB, %d vCPUs on worker %s)",
@@ -232,4 +291,6 @@ func describeNeeds(need model.RuntimeCaps) string {
 }
 
 // String renders l for logs.
-func (l Load) String() string { return fmt.Sprintf("%d MiB, %d vCPUs", l.MemoryMiB, l.VCPUs) }
+func (l Load) String() string {
+	return fmt.Sprintf("%d MiB, %d vCPUs, %d MiB starting", l.MemoryMiB, l.VCPUs, l.StartingMiB)
+}

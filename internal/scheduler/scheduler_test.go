@@ -17,6 +17,7 @@ func TestPick(t *testing.T) {
 	w := func(id string, hb time.Time, mem, cpu int, templates ...string) model.Worker {
 		return model.Worker{ID: id, LastHeartbeat: hb, Runtimes: []model.RuntimeInfo{{Name: "gvisor", Caps: snapCaps}}, Templates: templates, CapacityMiB: mem, CapacityVCPUs: cpu}
 	}
+	free := func(wk model.Worker, mib int) model.Worker { wk.FreeMiB = &mib; return wk }
 	req := Request{Runtime: "gvisor", TemplateDigest: "sha256:a", Resources: model.Resources{VCPUs: 1, MemoryMiB: 512}}
 	// vm offers a runtime "vm" that pauses but cannot snapshot, beside gvisor.
 	vm := func(id string, mem int) model.Worker {
@@ -47,6 +48,18 @@ func TestPick(t *testing.T) {
 			wantErr: "no worker has capacity for 512 MiB and 1 vCPUs (most free: 256 MiB, 4 vCPUs on worker w1)"},
 		{name: "no vcpus", workers: []model.Worker{w("w1", fresh, 4096, 2, "sha256:a")}, load: map[string]Load{"w1": {VCPUs: 2}}, req: req, wantErr: "no worker has capacity"},
 		{name: "exact fit", workers: []model.Worker{w("w1", fresh, 1024, 2, "sha256:a")}, load: map[string]Load{"w1": {MemoryMiB: 512, VCPUs: 1}}, req: req, want: "w1"},
+		{name: "measured free memory too low", workers: []model.Worker{free(w("w1", fresh, 4096, 4, "sha256:a"), 63)}, req: req,
+			wantErr: "no worker has the memory free to start a sandbox (64 MiB needed at start; most free: 63 MiB on worker w1"},
+		{name: "starting sandboxes take measured memory", workers: []model.Worker{free(w("w1", fresh, 4096, 4, "sha256:a"), 100)},
+			load: map[string]Load{"w1": {StartingMiB: 64}}, req: req, wantErr: "most free: 36 MiB on worker w1, after the sandboxes starting there"},
+		{name: "measured free memory enough", workers: []model.Worker{free(w("w1", fresh, 4096, 4, "sha256:a"), 64)}, req: req, want: "w1"},
+		{name: "small sandbox needs only its limit", workers: []model.Worker{free(w("w1", fresh, 4096, 4, "sha256:a"), 32)},
+			req: Request{Runtime: "gvisor", TemplateDigest: "sha256:a", Resources: model.Resources{VCPUs: 1, MemoryMiB: 32}}, want: "w1"},
+		{name: "measured memory skips a worker", workers: []model.Worker{
+			free(w("w1", fresh, 8192, 4, "sha256:a"), 10), free(w("w2", fresh, 4096, 4, "sha256:a"), 2048),
+		}, req: req, want: "w2"},
+		{name: "capacity is checked before measured memory", workers: []model.Worker{free(w("w1", fresh, 256, 4, "sha256:a"), 10)}, req: req,
+			wantErr: "no worker has capacity for 512 MiB"},
 		{name: "heartbeat exactly ttl old is fresh", workers: []model.Worker{w("w1", now.Add(-ttl), 1024, 2, "sha256:a")}, req: req, want: "w1"},
 		{name: "most free memory wins", workers: []model.Worker{
 			w("w1", fresh, 4096, 4, "sha256:a"), w("w2", fresh, 8192, 4, "sha256:a"), w("w3", fresh, 16384, 4, "sha256:b"),
@@ -122,10 +135,16 @@ func TestLoadOf(t *testing.T) {
 		{ID: "d", WorkerID: "w1", State: model.StateFailed, Resources: r},  // freed
 		{ID: "e", WorkerID: "w1", State: model.StateDeleted, Resources: r}, // freed
 		{ID: "f", WorkerID: "w2", State: model.StateRunning, Resources: r},
-		{ID: "g", State: model.StatePending, Resources: r}, // not placed
+		{ID: "g", State: model.StatePending, Resources: r},                   // not placed
+		{ID: "h", WorkerID: "w2", State: model.StatePaused, Resources: r},    // memory, no CPU
+		{ID: "i", WorkerID: "w2", State: model.StateSuspended, Resources: r}, // released
+		{ID: "j", WorkerID: "w2", State: model.StateWaking, Resources: model.Resources{VCPUs: 2, MemoryMiB: 32}},
 	}
 	got := LoadOf(sbs)
-	want := map[string]Load{"w1": {MemoryMiB: 768, VCPUs: 3}, "w2": {MemoryMiB: 256, VCPUs: 1}}
+	want := map[string]Load{
+		"w1": {MemoryMiB: 768, VCPUs: 3, StartingMiB: StartFootprintMiB}, // b is starting
+		"w2": {MemoryMiB: 256 + 256 + 32, VCPUs: 1 + 2, StartingMiB: 32}, // j's whole 32 MiB
+	}
 	if len(got) != len(want) {
 		t.Fatalf("LoadOf = %v, want %v", got, want)
 	}

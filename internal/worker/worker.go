@@ -89,8 +89,14 @@ type Config struct {
 	// ext4 image) unless the copy there was made after notAfter, and says
 	// whether it did; nil: deleted templates stay (templates.go).
 	RemoveTemplate func(digest string, notAfter time.Time) (bool, error)
-	CapacityMiB    int
-	CapacityVCPUs  int
+	// CapacityMiB and CapacityVCPUs are what the worker offers sandboxes'
+	// limits, overcommit included (Capacity makes them).
+	CapacityMiB   int
+	CapacityVCPUs int
+	// FreeMiB measures the memory the host has free for sandboxes, sent
+	// with every registration and Sync (nil: not measured; HostFreeMiB is
+	// the host's).
+	FreeMiB func() (int, bool)
 	// TemplateImages names the runtimes whose creates restore a template
 	// image instead of booting (templates.go).
 	TemplateImages map[string]bool
@@ -652,9 +658,10 @@ func (w *Worker) templates() []model.Template {
 
 // observed snapshots what to report; reported lists the deleted ids in it.
 func (w *Worker) observed() (workerapi.SyncRequest, []string) {
+	free := w.freeMiB() // outside w.mu: it reads /proc
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	req := workerapi.SyncRequest{Observed: []workerapi.Observed{}}
+	req := workerapi.SyncRequest{Observed: []workerapi.Observed{}, FreeMiB: free}
 	var reported []string
 	for id, sb := range w.sandboxes {
 		st := sb.state
@@ -900,6 +907,7 @@ func (w *Worker) register(ctx context.Context) error {
 			Runtimes:      w.runtimes(),
 			CapacityMiB:   w.cfg.CapacityMiB,
 			CapacityVCPUs: w.cfg.CapacityVCPUs,
+			FreeMiB:       w.freeMiB(),
 			Templates:     w.templates(),
 			Secret:        w.loadSecret(),
 			RuntimeInfo:   w.runtimeInfo(ctx),

@@ -45,12 +45,15 @@ import (
 
 // RegisterRequest announces a worker.
 type RegisterRequest struct {
-	ID            string           `json:"id"`
-	DataPlaneURL  string           `json:"data_plane_url"`
-	Runtimes      []string         `json:"runtimes"`
-	CapacityMiB   int              `json:"capacity_mib"`
-	CapacityVCPUs int              `json:"capacity_vcpus"`
-	Templates     []model.Template `json:"templates"` // templates present on this worker
+	ID            string   `json:"id"`
+	DataPlaneURL  string   `json:"data_plane_url"`
+	Runtimes      []string `json:"runtimes"`
+	CapacityMiB   int      `json:"capacity_mib"`
+	CapacityVCPUs int      `json:"capacity_vcpus"`
+	// FreeMiB is the memory the worker's host has free for sandboxes now
+	// (model.Worker.FreeMiB; nil: the worker does not measure it).
+	FreeMiB   *int             `json:"free_mib,omitempty"`
+	Templates []model.Template `json:"templates"` // templates present on this worker
 	// Secret is the worker's own secret from its first registration; it
 	// proves the id when the worker registers again.
 	Secret string `json:"secret,omitempty"`
@@ -146,7 +149,9 @@ type TaskResult struct {
 // SyncRequest is a heartbeat with the observed state of every sandbox the
 // worker knows about (assigned or not).
 type SyncRequest struct {
-	Observed  []Observed       `json:"observed"`
+	Observed []Observed `json:"observed"`
+	// FreeMiB: as in RegisterRequest, measured as the Sync is sent.
+	FreeMiB   *int             `json:"free_mib,omitempty"`
 	Templates []model.Template `json:"templates,omitempty"`
 	// NetDenied are egress denials since the last Sync, for the server to
 	// publish as network.denied events (netlog.go; at most MaxNetDenials).

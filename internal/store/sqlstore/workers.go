@@ -48,7 +48,7 @@ func (c *conn) DeleteWorkerCredential(ctx context.Context, workerID string) erro
 
 // ---- workers
 
-const workerCols = `id, data_plane_url, internal_url, runtimes, templates, capacity_mib, capacity_vcpus, last_heartbeat, created_at`
+const workerCols = `id, data_plane_url, internal_url, runtimes, templates, capacity_mib, capacity_vcpus, free_mib, last_heartbeat, created_at`
 
 // UpsertWorker inserts or replaces a worker, keeping its first CreatedAt.
 func (c *conn) UpsertWorker(ctx context.Context, w model.Worker) error {
@@ -61,13 +61,13 @@ func (c *conn) UpsertWorker(ctx context.Context, w model.Worker) error {
 		return c.errorf("upsert worker %s: %w", w.ID, err)
 	}
 	_, err = c.exec(ctx, `INSERT INTO workers (`+workerCols+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET
 			data_plane_url = excluded.data_plane_url, internal_url = excluded.internal_url,
 			runtimes = excluded.runtimes, templates = excluded.templates,
-			capacity_mib = excluded.capacity_mib, capacity_vcpus = excluded.capacity_vcpus,
+			capacity_mib = excluded.capacity_mib, capacity_vcpus = excluded.capacity_vcpus, free_mib = excluded.free_mib,
 			last_heartbeat = excluded.last_heartbeat`,
-		w.ID, w.DataPlaneURL, w.InternalURL, rt, tpl, w.CapacityMiB, w.CapacityVCPUs,
+		w.ID, w.DataPlaneURL, w.InternalURL, rt, tpl, w.CapacityMiB, w.CapacityVCPUs, w.FreeMiB,
 		c.d.Time(w.LastHeartbeat), c.d.Time(w.CreatedAt))
 	return c.classify("upsert worker "+w.ID, err)
 }
@@ -75,9 +75,14 @@ func (c *conn) UpsertWorker(ctx context.Context, w model.Worker) error {
 func scanWorker(sc scanner) (model.Worker, error) {
 	var w model.Worker
 	var rt, tpl string
-	if err := sc.Scan(&w.ID, &w.DataPlaneURL, &w.InternalURL, &rt, &tpl, &w.CapacityMiB, &w.CapacityVCPUs,
+	var free sql.NullInt64
+	if err := sc.Scan(&w.ID, &w.DataPlaneURL, &w.InternalURL, &rt, &tpl, &w.CapacityMiB, &w.CapacityVCPUs, &free,
 		timeCol{&w.LastHeartbeat}, timeCol{&w.CreatedAt}); err != nil {
 		return w, err
+	}
+	if free.Valid {
+		n := int(free.Int64)
+		w.FreeMiB = &n
 	}
 	return w, errors.Join(fromJSON(rt, &w.Runtimes), fromJSON(tpl, &w.Templates))
 }

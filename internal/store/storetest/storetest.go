@@ -980,6 +980,19 @@ func testWorkers(t *testing.T, s store.Store) {
 	}
 	sameTime(t, "heartbeat after upsert", got.LastHeartbeat, at(time.Minute))
 	sameTime(t, "created_at after upsert", got.CreatedAt, at(0))
+	if got.FreeMiB != nil {
+		t.Errorf("free memory never reported came back as %d", *got.FreeMiB)
+	}
+	for _, n := range []int{0, 1536} {
+		w3 := w2
+		w3.FreeMiB = &n
+		must(t, "upsert with free memory", s.UpsertWorker(ctx, w3))
+		got, err = s.GetWorker(ctx, "w-2")
+		must(t, "get with free memory", err)
+		if got.FreeMiB == nil || *got.FreeMiB != n {
+			t.Errorf("free memory %d came back as %v", n, got.FreeMiB)
+		}
+	}
 
 	// Zero times round-trip as zero.
 	must(t, "upsert w-1", s.UpsertWorker(ctx, model.Worker{ID: "w-1"}))
