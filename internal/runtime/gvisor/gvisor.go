@@ -467,7 +467,10 @@ func (d *Driver) Status(ctx context.Context, id string) (runtime.Status, error) 
 // sandbox's runsc.log (logcap), as the driver does every logcap.Interval.
 func (d *Driver) status(ctx context.Context, id string) (runtime.Status, error) {
 	d.capLog(id)
-	st, found, err := d.state(ctx, id)
+	st, found, err := d.fastState(id) // faststate.go
+	if errors.Is(err, errNoControl) {
+		st, found, err = d.state(ctx, id)
+	}
 	if err != nil {
 		return "", err
 	}

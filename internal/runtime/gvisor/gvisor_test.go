@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/airlock/airlock/internal/agentclient"
 	"github.com/airlock/airlock/internal/model"
@@ -121,6 +122,82 @@ func TestDeleteAfterCrash(t *testing.T) {
 		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), id) {
 			t.Errorf("process remains: %s: %s", p, strings.ReplaceAll(string(b), "\x00", " "))
 		}
+	}
+}
+
+// TestFastStatusMatchesRunsc: the in-process status (faststate.go) says
+// what `runsc state` says of a real sandbox, running, paused and after its
+// sandbox process is killed (SIGKILL, as the OOM killer would).
+func TestFastStatusMatchesRunsc(t *testing.T) {
+	d, rootfs, _ := fixture(t)
+	ctx := context.Background()
+	id := runtimetest.NewID()
+	sb, err := d.Start(ctx, runtime.Spec{ID: id, RootFS: rootfs, VCPUs: 1, MemoryMiB: 128})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb.Close()
+	t.Cleanup(func() { d.Delete(context.Background(), id) })
+	same := func(want string) {
+		t.Helper()
+		fast, ffound, ferr := gvisor.FastStatus(d, id)
+		slow, sfound, serr := gvisor.RunscStatus(d, id)
+		if ferr != nil || serr != nil || fast != slow || ffound != sfound || fast != want {
+			t.Errorf("fast %q %v %v, runsc %q %v %v; want %q", fast, ffound, ferr, slow, sfound, serr, want)
+		}
+	}
+	same("running")
+	if err := d.Pause(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	same("paused")
+	if err := d.Resume(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	pid, err := gvisor.SandboxPid(d, id)
+	if err != nil || pid <= 0 {
+		t.Fatalf("sandbox pid %d: %v", pid, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// A killed sandbox is stopped at once for fastState (a zombie has no
+	// command line), and for runsc once its parent reaps it (runsc's
+	// check is signal 0, which a zombie answers).
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if st, _, _ := gvisor.RunscStatus(d, id); st == "stopped" {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	same("stopped")
+}
+
+// BenchmarkStatus compares the two ways of reading a running sandbox's
+// status: in process (what Status does) and `runsc state` (its fallback,
+// and what it did before), the baseline measured in the same run.
+func BenchmarkStatus(b *testing.B) {
+	d, rootfs, _ := fixture(b)
+	ctx := context.Background()
+	id := runtimetest.NewID()
+	sb, err := d.Start(ctx, runtime.Spec{ID: id, RootFS: rootfs, VCPUs: 1, MemoryMiB: 128})
+	if err != nil {
+		b.Fatal(err)
+	}
+	sb.Close()
+	b.Cleanup(func() { d.Delete(context.Background(), id) })
+	for _, c := range []struct {
+		name string
+		read func(*gvisor.Driver, string) (string, bool, error)
+	}{{"in-process", gvisor.FastStatus}, {"runsc-state", gvisor.RunscStatus}} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				if st, _, err := c.read(d, id); err != nil || st != "running" {
+					b.Fatalf("%q %v", st, err)
+				}
+			}
+		})
 	}
 }
 
