@@ -86,7 +86,15 @@ type Controller struct {
 	// waiting counts Sync long polls blocked on a change (for tests).
 	waiting atomic.Int32
 	net     netLimiter // network.denied events (netdenied.go)
+	// onRound receives the duration of every full round Run makes and
+	// the sandboxes it covered (ObserveRounds; nil: none).
+	onRound atomic.Pointer[func(time.Duration, int)]
 }
+
+// ObserveRounds has f called after every full reconcile round of Run with
+// its duration and the number of sandboxes the round listed (the daemon's
+// Prometheus metrics). It replaces any earlier f.
+func (c *Controller) ObserveRounds(f func(d time.Duration, sandboxes int)) { c.onRound.Store(&f) }
 
 // New returns a controller; call Run to start reconciling and Handler to
 // serve workers.
@@ -143,8 +151,13 @@ func (c *Controller) Run(ctx context.Context) error {
 	var lastGC time.Time
 	for {
 		changed := c.ev.Changed() // taken before the round so no wake-up is missed
-		if err := c.ReconcileAll(ctx); err != nil && ctx.Err() == nil {
+		t0 := time.Now()
+		n, err := c.reconcileAll(ctx)
+		if err != nil && ctx.Err() == nil {
 			c.log.Warn("controller: reconcile round", "err", err)
+		}
+		if f := c.onRound.Load(); f != nil && ctx.Err() == nil {
+			(*f)(time.Since(t0), n)
 		}
 		if c.now().Sub(lastGC) >= TemplateGCInterval {
 			lastGC = c.now()

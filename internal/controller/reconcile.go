@@ -67,13 +67,20 @@ func (c *Controller) listSandboxes(ctx context.Context, f store.SandboxFilter) (
 // every sandbox with an open operation. Conflicts are left for the next
 // round; other errors are joined.
 func (c *Controller) ReconcileAll(ctx context.Context) error {
+	_, err := c.reconcileAll(ctx)
+	return err
+}
+
+// reconcileAll is ReconcileAll; n is the number of sandboxes it listed.
+func (c *Controller) reconcileAll(ctx context.Context) (n int, err error) {
 	r, sbs, err := c.newRound(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
+	n = len(sbs)
 	ops, err := c.st.ListOperations(ctx, store.OperationFilter{Open: true})
 	if err != nil {
-		return fmt.Errorf("controller: list open operations: %w", err)
+		return n, fmt.Errorf("controller: list open operations: %w", err)
 	}
 	openBySandbox := make(map[string][]model.Operation)
 	for _, op := range ops {
@@ -98,7 +105,7 @@ func (c *Controller) ReconcileAll(ctx context.Context) error {
 	var errs []error
 	for _, id := range ids {
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return n, ctx.Err()
 		}
 		if err := c.reconcile(ctx, r, id); err != nil && !errors.Is(err, model.ErrConflict) {
 			errs = append(errs, err)
@@ -106,7 +113,7 @@ func (c *Controller) ReconcileAll(ctx context.Context) error {
 	}
 	for _, sb := range sbs {
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return n, ctx.Err()
 		}
 		d := idleFor(sb, r.now)
 		if len(openBySandbox[sb.ID]) > 0 || d == 0 {
@@ -123,7 +130,7 @@ func (c *Controller) ReconcileAll(ctx context.Context) error {
 	if err := c.reconcilePools(ctx, sbs); err != nil { // warm pools (pool.go)
 		errs = append(errs, err)
 	}
-	return errors.Join(errs...)
+	return n, errors.Join(errs...)
 }
 
 // Reconcile reconciles one sandbox by ID until it needs nothing more (or

@@ -208,6 +208,7 @@ func up(ctx context.Context, args []string) error {
 	if wo.metrics, err = startMetrics(ctx, *metricsAddr, log); err != nil {
 		return err
 	}
+	wo.metrics.watchController(srv.ctrl)
 	wo.httpClient = workerHTTP
 	w, err := newWorker(ctx, wo)
 	if err != nil {
@@ -262,6 +263,7 @@ func serverCmd(ctx context.Context, args []string) error {
 	forget := fs.String("forget-worker", "", "comma-separated worker `ids` whose credentials to drop at start, so that they can register anew (with the join token) after losing <data-dir>/worker.secret")
 	deadline := fs.Duration("operation-deadline", 0, "how long a lifecycle operation may take (0: 30m)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	metricsAddr := addMetricsFlag(fs)
 	var warm warmFlag
 	fs.Var(&warm, "warm", warmUsage+"; a template no worker has yet is retried")
 	quotas := addQuotaFlags(fs)
@@ -297,6 +299,11 @@ func serverCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	m, err := startMetrics(ctx, *metricsAddr, log)
+	if err != nil {
+		return err
+	}
+	m.watchController(srv.ctrl)
 	if err := ensureAdminKey(ctx, srv.svc, *dataDir, progressWriter{}); err != nil {
 		return err
 	}

@@ -35,6 +35,7 @@ import (
 type fakeStack struct {
 	c   *client.Client
 	drv *fake.Driver
+	srv *server
 }
 
 // startFakeStack wires what `airlock up` wires (newServer, the admin key,
@@ -127,7 +128,7 @@ func startFakeStack(t *testing.T, opts ...func(*worker.Config)) *fakeStack {
 	if err := waitReady(rctx, srv.ctrl, st, workerID, started, errc); err != nil {
 		t.Fatalf("the stack never became ready: %v", err)
 	}
-	return &fakeStack{c: client.New(url, readTrim(filepath.Join(dir, "admin.key"))), drv: drv}
+	return &fakeStack{c: client.New(url, readTrim(filepath.Join(dir, "admin.key"))), drv: drv, srv: srv}
 }
 
 // sh runs script in sandbox id through the API and the worker's data plane.

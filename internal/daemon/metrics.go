@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/airlock/airlock/internal/controller"
 	"github.com/airlock/airlock/internal/httplimit"
 	"github.com/airlock/airlock/internal/model"
 )
@@ -28,7 +29,7 @@ import (
 
 // addMetricsFlag adds --metrics-addr to fs.
 func addMetricsFlag(fs *flag.FlagSet) *string {
-	return fs.String("metrics-addr", "", "serve Prometheus metrics at http://`ADDR`/metrics, a listener of its own without authentication (egress decisions by kind, decision and reason; Go and process statistics); off when empty")
+	return fs.String("metrics-addr", "", "serve Prometheus metrics at http://`ADDR`/metrics, a listener of its own without authentication (egress decisions by kind, decision and reason; the controller's reconcile rounds; Go and process statistics); off when empty")
 }
 
 // metrics is the daemon's Prometheus registry.
@@ -92,6 +93,35 @@ func serveMetrics(ctx context.Context, addr string, m *metrics, log *slog.Logger
 	}()
 	log.Info("serving metrics", "url", "http://"+ln.Addr().String()+"/metrics")
 	return ln.Addr().String(), nil
+}
+
+// watchController exports ctrl's reconcile rounds: a histogram of their
+// durations, and gauges of the last one's duration and sandboxes (what
+// `airlock bench --only scale` reads to plot reconcile time against the
+// sandbox count). A nil m does nothing.
+func (m *metrics) watchController(ctrl *controller.Controller) {
+	if m == nil {
+		return
+	}
+	hist := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "airlock_controller_reconcile_seconds",
+		Help:    "Duration of the controller's full reconcile rounds (every sandbox not deleted, every open operation).",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 14), // 1 ms .. 8 s
+	})
+	last := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "airlock_controller_reconcile_last_seconds",
+		Help: "Duration of the controller's last full reconcile round.",
+	})
+	count := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "airlock_controller_reconcile_sandboxes",
+		Help: "Sandboxes the controller's last full reconcile round listed.",
+	})
+	m.reg.MustRegister(hist, last, count)
+	ctrl.ObserveRounds(func(d time.Duration, n int) {
+		hist.Observe(d.Seconds())
+		last.Set(d.Seconds())
+		count.Set(float64(n))
+	})
 }
 
 // startMetrics makes the registry and serves it on addr; nil and no

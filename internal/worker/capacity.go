@@ -100,3 +100,22 @@ func (w *Worker) freeMiB() *int {
 	}
 	return &n
 }
+
+// FreeReportStep is how far the host's free memory must move from what the
+// worker last reported for it to sync at once (checked with the status
+// round, every StatusInterval): enough to start one more sandbox
+// (scheduler.StartFootprintMiB), so that sandboxes pending for memory are
+// placed within seconds of it coming free.
+const FreeReportStep = 64
+
+// checkFree syncs now when the host's free memory moved by FreeReportStep
+// or more since the last report.
+func (w *Worker) checkFree() {
+	free := w.freeMiB()
+	if free == nil {
+		return
+	}
+	if d := int64(*free) - w.reportedFree.Load(); d >= FreeReportStep || -d >= FreeReportStep {
+		w.kickSync() // cuts the long poll short
+	}
+}

@@ -210,10 +210,12 @@ func (sb *sandbox) actionFailed(kind model.OperationKind, reason string, err err
 
 // Worker runs sandboxes for one server.
 type Worker struct {
-	cfg  Config
-	log  *slog.Logger
-	http *http.Client
-	ln   net.Listener
+	cfg Config
+	// reportedFree is the free memory (MiB) of the last Sync (capacity.go).
+	reportedFree atomic.Int64
+	log          *slog.Logger
+	http         *http.Client
+	ln           net.Listener
 
 	key    atomic.Pointer[verifyKeys] // data-plane verification keys, set at registration and by Sync
 	secret atomic.Pointer[string]     // the worker's own credential (see Config.SecretFile)
@@ -533,6 +535,7 @@ func (w *Worker) watchStatus(ctx context.Context) {
 		}
 		roundStart := time.Now()
 		w.checkStatus(ctx)
+		w.checkFree()
 		pause = max(StatusInterval, 4*time.Since(roundStart))
 	}
 }
@@ -659,6 +662,9 @@ func (w *Worker) templates() []model.Template {
 // observed snapshots what to report; reported lists the deleted ids in it.
 func (w *Worker) observed() (workerapi.SyncRequest, []string) {
 	free := w.freeMiB() // outside w.mu: it reads /proc
+	if free != nil {
+		w.reportedFree.Store(int64(*free))
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	req := workerapi.SyncRequest{Observed: []workerapi.Observed{}, FreeMiB: free}
