@@ -108,20 +108,26 @@ func quotaError(orgID, quota string, limit, used, more int, unit string) error {
 // requests of one org cannot both take the last unit (on one server;
 // replicas check independently).
 func (s *Service) admit(ctx context.Context, orgID string, res model.Resources, n int) error {
+	_, err := s.admitN(ctx, orgID, res, n)
+	return err
+}
+
+// admitN is admit; limited says whether the org has a quota admit checks.
+func (s *Service) admitN(ctx context.Context, orgID string, res model.Resources, n int) (limited bool, err error) {
 	org, err := s.st.GetOrg(ctx, orgID)
 	if errors.Is(err, model.ErrNotFound) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return fmt.Errorf("get org %s: %w", orgID, err)
+		return false, fmt.Errorf("get org %s: %w", orgID, err)
 	}
 	q := org.Quotas
 	if q.Sandboxes == 0 && q.VCPUs == 0 && q.MemoryMiB == 0 && q.DiskMiB == 0 {
-		return nil
+		return false, nil
 	}
 	u, err := s.OrgUsage(ctx, orgID)
 	if err != nil {
-		return err
+		return true, err
 	}
 	res = fullResources(res)
 	for _, c := range []struct {
@@ -136,10 +142,10 @@ func (s *Service) admit(ctx context.Context, orgID string, res model.Resources, 
 		{"disk_mib", q.DiskMiB, u.DiskMiB, n * res.DiskMiB, " MiB"},
 	} {
 		if c.limit > 0 && c.used+c.more > c.limit {
-			return quotaError(orgID, c.name, c.limit, c.used, c.more, c.unit)
+			return true, quotaError(orgID, c.name, c.limit, c.used, c.more, c.unit)
 		}
 	}
-	return nil
+	return true, nil
 }
 
 // patchQuotas applies the fields of pt to q.
@@ -222,6 +228,21 @@ func (s *Service) startTransfer(ctx context.Context, orgID string) (done func(),
 	}
 	var once sync.Once
 	return func() { once.Do(func() { s.transfers.release(orgID) }) }, nil
+}
+
+// admitLocked is admit under lockOrg(orgID): the caller calls unlock once
+// it has recorded what was admitted. An org without sandbox or resource
+// quotas has nothing to race for, so the lock is released at once and its
+// creates run in parallel (a burst of one org's creates is not serialized
+// on the server).
+func (s *Service) admitLocked(ctx context.Context, orgID string, res model.Resources, n int) (unlock func(), err error) {
+	unlock = s.lockOrg(orgID)
+	limited, err := s.admitN(ctx, orgID, res, n)
+	if err != nil || !limited {
+		unlock()
+		return func() {}, err
+	}
+	return unlock, nil
 }
 
 // lockOrg serializes quota checks and the writes they admit, per org.

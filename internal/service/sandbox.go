@@ -70,9 +70,9 @@ func (s *Service) CreateSandbox(ctx context.Context, p Principal, req CreatePara
 	sb.ID = model.NewID("sb")
 	sb.Template, sb.TemplateDigest, sb.Runtime, sb.Resources = ref, tpl.Digest, rt, res
 	op := s.createOp(sb, model.OpCreate)
-	unlock := s.lockOrg(p.OrgID)
+	unlock, err := s.admitLocked(ctx, p.OrgID, res, 1)
 	defer unlock()
-	if err := s.admit(ctx, p.OrgID, res, 1); err != nil {
+	if err != nil {
 		return model.Sandbox{}, model.Operation{}, err
 	}
 	// A running warm-pool member that matches is handed over at once.

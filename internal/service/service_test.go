@@ -4,6 +4,7 @@ import (
 	"errors"
 	"path/filepath"
 	"regexp"
+	"sync"
 	"testing"
 	"time"
 
@@ -137,4 +138,51 @@ func fill(c byte) string {
 		b[i] = c
 	}
 	return string(b)
+}
+
+// TestConcurrentCreatesAndQuotas: a burst of one org's creates runs in
+// parallel when the org has no quota, and all are recorded; with a
+// sandbox quota the admission is still serialized, so exactly the quota
+// is admitted and the rest get quota errors (no two take the last unit).
+func TestConcurrentCreatesAndQuotas(t *testing.T) {
+	s := newService(t)
+	ctx := t.Context()
+	if err := s.TestStore().PutTemplate(ctx, model.Template{Name: "base", Tag: "latest", Digest: "sha256:" + fill('d')}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Bootstrap(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p := service.Principal{OrgID: service.DefaultOrgID, Admin: true}
+	burst := func(n int) (ok, quota int) {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for range n {
+			wg.Go(func() {
+				_, _, err := s.CreateSandbox(ctx, p, service.CreateParams{}, "")
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					ok++
+				case errors.Is(err, model.ErrQuotaExceeded):
+					quota++
+				default:
+					t.Errorf("create: %v", err)
+				}
+			})
+		}
+		wg.Wait()
+		return ok, quota
+	}
+	if ok, quota := burst(20); ok != 20 || quota != 0 {
+		t.Fatalf("without quotas: %d created, %d refused; want 20, 0", ok, quota)
+	}
+	limit := 25
+	if _, err := s.UpdateOrg(ctx, p, service.DefaultOrgID, service.OrgUpdate{Quotas: &service.QuotasPatch{Sandboxes: &limit}}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, quota := burst(20); ok != 5 || quota != 15 {
+		t.Fatalf("with a quota of 25 and 20 in use: %d created, %d refused; want 5, 15", ok, quota)
+	}
 }

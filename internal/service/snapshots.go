@@ -217,9 +217,9 @@ func (s *Service) ForkSandboxes(ctx context.Context, p Principal, req CreatePara
 	}
 	base.Template, base.TemplateDigest, base.Runtime, base.Resources = src.Template, src.TemplateDigest, src.Runtime, src.Resources
 	base.Source = &model.Source{WorkerID: src.WorkerID, SandboxID: src.ID, Checkpoint: cp.Name, SnapshotID: cp.SnapshotID}
-	unlock := s.lockOrg(p.OrgID)
+	unlock, err := s.admitLocked(ctx, p.OrgID, base.Resources, count)
 	defer unlock()
-	if err := s.admit(ctx, p.OrgID, base.Resources, count); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	out := make([]Created, 0, count)
