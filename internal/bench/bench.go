@@ -2,7 +2,9 @@
 // way a user experiences it, and reports the numbers as JSON: create →
 // first-exec latency (sequential, concurrent and from a warm pool), exec
 // round trip, file write/read throughput, pause/resume latency,
-// suspend/wake latency with dirtied memory, and the raw `runsc do true`
+// suspend/wake latency with dirtied memory, scaling curves (GroupScale:
+// create bursts, idle sandboxes' memory, API latency and reconcile time,
+// with PNG plots, plot.go), and the raw `runsc do true`
 // baseline measured in the same run so the overhead of the platform over
 // the runtime is visible.
 // Every sandbox it creates is deleted before Run returns, also on error or
@@ -80,9 +82,20 @@ type Config struct {
 	// into ("": the import is skipped).
 	Airlock string
 	DataDir string
+	// ScaleBurst is how many sandboxes each create burst of GroupScale
+	// creates (default 100; at concurrency 1 at most 20), ScaleConcurrency
+	// the burst's requests in flight (default 1, 10, 50, 100) and ScaleIdle
+	// the numbers of idle running sandboxes it measures at (default 10,
+	// 100, 500, 1000). MetricsURL is the server's Prometheus endpoint the
+	// reconcile time is read from ("": not measured).
+	ScaleBurst       int
+	ScaleConcurrency []int
+	ScaleIdle        []int
+	MetricsURL       string
 	// Only restricts the run to these groups (see Groups; nil: all but
-	// GroupEgress, which measures this machine rather than the API, and
-	// GroupTemplates, which builds for minutes and imports into DataDir).
+	// GroupEgress, which measures this machine rather than the API,
+	// GroupTemplates, which builds for minutes and imports into DataDir,
+	// and GroupScale, which runs up to a thousand sandboxes).
 	Only []string
 	// EgressRun runs GroupEgress (nil: the group is skipped, with the
 	// reason in the report) and EgressConfig says how much it measures.
@@ -95,7 +108,7 @@ type Config struct {
 // wants reports whether group g is to be measured.
 func (c *Config) wants(g string) bool {
 	if len(c.Only) == 0 {
-		return g != GroupEgress && g != GroupTemplates
+		return g != GroupEgress && g != GroupTemplates && g != GroupScale
 	}
 	return slices.Contains(c.Only, g)
 }
@@ -138,6 +151,15 @@ func (c *Config) defaults() {
 	if c.TemplatesBoots <= 0 {
 		c.TemplatesBoots = 10
 	}
+	if c.ScaleBurst <= 0 {
+		c.ScaleBurst = 100
+	}
+	if len(c.ScaleConcurrency) == 0 {
+		c.ScaleConcurrency = []int{1, 10, 50, 100}
+	}
+	if len(c.ScaleIdle) == 0 {
+		c.ScaleIdle = []int{10, 100, 500, 1000}
+	}
 	if c.Progress == nil {
 		c.Progress = io.Discard
 	}
@@ -155,6 +177,8 @@ type Report struct {
 	Egress *EgressReport `json:"egress,omitempty"`
 	// Templates is GroupTemplates's report (absent when not asked for).
 	Templates *TemplatesReport `json:"templates,omitempty"`
+	// Scale is GroupScale's curves (absent when not asked for).
+	Scale *ScaleReport `json:"scale,omitempty"`
 	// Errors lists the measurements that failed, also inside Measurements.
 	Errors []string `json:"errors,omitempty"`
 }
@@ -196,6 +220,11 @@ type Parameters struct {
 	TemplatesRuns  int  `json:"templates_runs,omitempty"`
 	TemplatesBoots int  `json:"templates_boots,omitempty"`
 	TemplatesCold  bool `json:"templates_cold,omitempty"`
+	// GroupScale's, when it runs.
+	ScaleBurst       int    `json:"scale_burst,omitempty"`
+	ScaleConcurrency []int  `json:"scale_concurrency,omitempty"`
+	ScaleIdle        []int  `json:"scale_idle,omitempty"`
+	MetricsURL       string `json:"metrics_url,omitempty"`
 }
 
 // Measurement is one measured quantity: statistics, or why it is absent.
@@ -241,6 +270,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	if cfg.wants(GroupTemplates) {
 		rep.Parameters.TemplatesRuns, rep.Parameters.TemplatesBoots, rep.Parameters.TemplatesCold = cfg.TemplatesRuns, cfg.TemplatesBoots, cfg.TemplatesCold
+	}
+	if cfg.wants(GroupScale) {
+		rep.Parameters.ScaleBurst, rep.Parameters.ScaleConcurrency, rep.Parameters.ScaleIdle, rep.Parameters.MetricsURL = cfg.ScaleBurst, cfg.ScaleConcurrency, cfg.ScaleIdle, cfg.MetricsURL
 	}
 	defer b.cleanup(ctx)
 
@@ -320,6 +352,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	if ctx.Err() == nil && cfg.wants(GroupTemplates) {
 		b.runTemplates(ctx, &rep, record)
+	}
+	if ctx.Err() == nil && cfg.wants(GroupScale) {
+		b.runScale(ctx, &rep, record)
 	}
 	if ctx.Err() == nil && cfg.wants(GroupEgress) {
 		b.runEgress(ctx, &rep)

@@ -36,13 +36,14 @@ const (
 	GroupSuspend   = "suspend"   // suspend and wake with dirtied memory
 	GroupPool      = "pool"      // create → first exec from a warm pool
 	GroupTemplate  = "template"  // create → first exec from a template image
-	// GroupEgress (egress.go) and GroupTemplates (templates.go) are not in
-	// the default set.
+	// GroupEgress (egress.go), GroupTemplates (templates.go) and
+	// GroupScale (scale.go) are not in the default set.
 )
 
 // Groups lists every measurement group, in the order Run measures them.
-// An empty Config.Only means all of them but GroupEgress.
-var Groups = []string{GroupRunsc, GroupCreate, GroupExec, GroupLifecycle, GroupSuspend, GroupPool, GroupTemplate, GroupTemplates, GroupEgress}
+// An empty Config.Only means all of them but GroupEgress, GroupTemplates
+// and GroupScale.
+var Groups = []string{GroupRunsc, GroupCreate, GroupExec, GroupLifecycle, GroupSuspend, GroupPool, GroupTemplate, GroupTemplates, GroupScale, GroupEgress}
 
 // errSkip marks a measurement the server cannot take (no lifecycle, a
 // runtime without snapshots, no operator key): it is recorded as missing

@@ -47,8 +47,8 @@ func TestConfigDefaultsAndGroups(t *testing.T) {
 		t.Fatalf("defaults: %+v", c)
 	}
 	for _, g := range Groups {
-		if c.wants(g) != (g != GroupEgress && g != GroupTemplates) {
-			t.Errorf("empty Only: wants %s = %v (every group but egress and templates)", g, c.wants(g))
+		if c.wants(g) != (g != GroupEgress && g != GroupTemplates && g != GroupScale) {
+			t.Errorf("empty Only: wants %s = %v (every group but egress, templates and scale)", g, c.wants(g))
 		}
 	}
 	c = Config{PoolSize: 1, Only: []string{GroupPool}}
