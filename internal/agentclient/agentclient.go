@@ -184,9 +184,22 @@ func (c *Client) Health(ctx context.Context) (agentapi.Health, error) {
 // dial itself is not bounded: a booting guest takes as long as it takes.
 var readyAttempt = 10 * time.Second
 
-// WaitReady polls Health with a short backoff until it answers or ctx ends.
+// Ready polling: every readyFastPoll for the first readyFastFor (a gVisor
+// agent answers ~0.1 s after its sandbox starts, and a doubling backoff
+// would overshoot that by up to half: a create's latency), then with a
+// backoff doubling up to readySlowPoll (a QEMU guest under TCG boots for
+// seconds). An attempt on a sandbox not yet listening fails at the dial,
+// in microseconds.
+const (
+	readyFastPoll = 2 * time.Millisecond
+	readyFastFor  = time.Second
+	readySlowPoll = 200 * time.Millisecond
+)
+
+// WaitReady polls Health until it answers or ctx ends.
 func (c *Client) WaitReady(ctx context.Context) error {
-	backoff := 5 * time.Millisecond
+	start := time.Now()
+	backoff := readyFastPoll
 	for {
 		actx, cancel := context.WithCancel(ctx)
 		var timer atomic.Pointer[time.Timer]
@@ -218,7 +231,9 @@ func (c *Client) WaitReady(ctx context.Context) error {
 			return fmt.Errorf("wait for agent: %w (last error: %v)", ctx.Err(), err)
 		case <-t.C:
 		}
-		backoff = min(backoff*2, 200*time.Millisecond)
+		if time.Since(start) >= readyFastFor {
+			backoff = min(backoff*2, readySlowPoll)
+		}
 	}
 }
 
