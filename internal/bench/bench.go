@@ -465,6 +465,22 @@ func (b *bencher) create(ctx context.Context, req apitypes.CreateSandboxRequest)
 // delete deletes a sandbox and waits until it is gone.
 func (b *bencher) delete(ctx context.Context, id string) error {
 	op, err := b.cfg.Client.DeleteSandbox(ctx, id)
+	for err != nil {
+		// The key's request rate (a cleanup of hundreds of sandboxes
+		// meets it): wait as told and ask again.
+		d, limited := rateLimited(err)
+		if !limited {
+			break
+		}
+		t := time.NewTimer(max(d, 100*time.Millisecond))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("delete %s: %w", id, err)
+		case <-t.C:
+		}
+		op, err = b.cfg.Client.DeleteSandbox(ctx, id)
+	}
 	if err != nil {
 		var apiErr *client.APIError
 		if errors.As(err, &apiErr) && apiErr.Status == 404 {
@@ -491,7 +507,11 @@ func (b *bencher) forget(id string) {
 	b.mu.Unlock()
 }
 
-// cleanup deletes every sandbox still alive, even when ctx is cancelled.
+// cleanupParallel is how many deletes cleanup has in flight.
+const cleanupParallel = 16
+
+// cleanup deletes every sandbox still alive, even when ctx is cancelled
+// (rate-limited deletes are retried after Retry-After).
 func (b *bencher) cleanup(ctx context.Context) {
 	b.mu.Lock()
 	ids := make([]string, 0, len(b.live))
@@ -502,17 +522,24 @@ func (b *bencher) cleanup(ctx context.Context) {
 	if len(ids) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
 	defer cancel()
 	b.progress("deleting %d sandbox(es)", len(ids))
+	work := make(chan string)
 	var wg sync.WaitGroup
-	for _, id := range ids {
+	for range min(len(ids), cleanupParallel) {
 		wg.Go(func() {
-			if err := b.delete(ctx, id); err != nil {
-				b.progress("cleanup: %v (delete it with `airlock sandbox rm %s`)", err, id)
+			for id := range work {
+				if err := b.delete(ctx, id); err != nil {
+					b.progress("cleanup: %v (delete it with `airlock sandbox rm %s`)", err, id)
+				}
 			}
 		})
 	}
+	for _, id := range ids {
+		work <- id
+	}
+	close(work)
 	wg.Wait()
 }
 
