@@ -142,8 +142,17 @@ func TestInGVisor(t *testing.T) {
 		if _, err := pc.Update(ctx, connectReq(&pb.UpdateRequest{Process: sel, Pty: &pb.PTY{Size: &pb.PTY_Size{Rows: 50, Cols: 132}}})); err != nil {
 			t.Fatal(err)
 		}
-		send("stty size; exit 3\n")
-		waitFor("50 132")
+		// The new size is set when Update answers, but gVisor's terminal
+		// can hand a shell that reads it at once the old one (seen once in
+		// CI); ask again, a bounded number of times, until it shows.
+		for i := 0; !strings.Contains(ev.pty.String(), "50 132"); i++ {
+			if i == 20 {
+				t.Fatalf("the terminal never reported 50 132 after Update: %q", ev.pty.String())
+			}
+			send(fmt.Sprintf("stty size; echo asked-$((%d+1000))\n", i))
+			waitFor(fmt.Sprintf("asked-%d", i+1000))
+		}
+		send("exit 3\n")
 		for s.Receive() {
 			record(&ev, s.Msg().GetEvent())
 		}
