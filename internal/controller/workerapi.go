@@ -381,22 +381,17 @@ func (c *Controller) heartbeat(ctx context.Context, id string, templates []model
 	return wasFresh, nil
 }
 
-// freeReportStep is how far a worker's reported free memory must move for
-// a sync to write it at once (smaller moves wait for the next heartbeat
-// write): enough to start one more sandbox (scheduler.StartFootprintMiB).
-const freeReportStep = 64
-
 // freeChange compares a worker's stored free memory with its new report:
-// 1 when the new one is at least freeReportStep higher (or newly
+// 1 when the new one is at least workerapi.FreeReportStepMiB higher (or newly
 // reported), -1 when that much lower, 0 otherwise (also when the report is
 // absent: an older worker keeps what it had).
 func freeChange(old, cur *int) int {
 	switch {
 	case cur == nil:
 		return 0
-	case old == nil || *cur-*old >= freeReportStep:
+	case old == nil || *cur-*old >= workerapi.FreeReportStepMiB:
 		return 1
-	case *old-*cur >= freeReportStep:
+	case *old-*cur >= workerapi.FreeReportStepMiB:
 		return -1
 	}
 	return 0

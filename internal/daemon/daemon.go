@@ -519,8 +519,8 @@ type workerOptions struct {
 	metrics        *metrics     // --metrics-addr's registry (nil: off)
 	// shipped: the shipped templates built at start (--build-templates).
 	shipped map[string]bool
-	// capacity: what the worker offers (--cpu-overcommit and friends;
-	// the zero value: the defaults for this host).
+	// capacity: what the worker offers (capacityFlags.resolve of
+	// --cpu-overcommit and friends; both callers set it).
 	capacity capacity
 }
 
@@ -601,11 +601,6 @@ func newWorker(ctx context.Context, o workerOptions) (*worker.Worker, error) {
 	if adv == "" {
 		adv = scheme + "://" + ln.Addr().String()
 	}
-	if o.capacity.free == nil {
-		if o.capacity, err = (capacityFlags{cpu: ptr(worker.DefaultCPUOvercommit), mem: ptr(worker.DefaultMemoryOvercommit), reserve: ptr(-1)}).resolve(); err != nil {
-			return nil, err
-		}
-	}
 	o.log.Info("worker capacity", "vcpus", o.capacity.vcpus, "memory_mib", o.capacity.mib, "memory_reserve_mib", o.capacity.reserveMiB)
 	var netCfg network.Config
 	var gw worker.Gateway
@@ -680,10 +675,6 @@ func (o workerOptions) runtimes(ctx context.Context, runsc, agent string) (*airr
 	}
 	return m, nil
 }
-
-// capacity is what this host offers: its memory, and its cores oversubscribed
-// 8× (gVisor sandboxes mostly idle between commands).
-func ptr[T any](v T) *T { return &v }
 
 // findAgent locates airlock-agent: beside this executable, then on PATH.
 func findAgent() (string, error) {

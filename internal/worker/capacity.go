@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	goruntime "runtime"
+
+	"github.com/airlock/airlock/internal/workerapi"
 )
 
 // Capacity model (docs/operations.md). A sandbox's vCPUs and memory are
@@ -101,21 +103,15 @@ func (w *Worker) freeMiB() *int {
 	return &n
 }
 
-// FreeReportStep is how far the host's free memory must move from what the
-// worker last reported for it to sync at once (checked with the status
-// round, every StatusInterval): enough to start one more sandbox
-// (scheduler.StartFootprintMiB), so that sandboxes pending for memory are
-// placed within seconds of it coming free.
-const FreeReportStep = 64
-
-// checkFree syncs now when the host's free memory moved by FreeReportStep
-// or more since the last report.
+// checkFree syncs now when the host's free memory moved by
+// workerapi.FreeReportStepMiB or more since the last report (it runs with
+// the status round, every StatusInterval).
 func (w *Worker) checkFree() {
 	free := w.freeMiB()
 	if free == nil {
 		return
 	}
-	if d := int64(*free) - w.reportedFree.Load(); d >= FreeReportStep || -d >= FreeReportStep {
+	if d := int64(*free) - w.reportedFree.Load(); d >= workerapi.FreeReportStepMiB || -d >= workerapi.FreeReportStepMiB {
 		w.kickSync() // cuts the long poll short
 	}
 }

@@ -93,6 +93,15 @@ type SigningKey struct {
 	NotAfter time.Time `json:"not_after,omitzero"`
 }
 
+// FreeReportStepMiB is how far a worker's free memory (FreeMiB) must move
+// to matter at once, on both ends: the worker syncs as soon as its
+// measurement moved that far from its last report, and the server writes
+// such a report at once (smaller moves wait for the next heartbeat write),
+// waking placement when it rose. It is the start footprint of one more
+// sandbox (scheduler.StartFootprintMiB), so that sandboxes pending for
+// memory are placed within seconds of it coming free.
+const FreeReportStepMiB = 64
+
 // Observed is what the worker sees of one sandbox.
 type Observed struct {
 	SandboxID string             `json:"sandbox_id"`
