@@ -69,6 +69,11 @@ type Config struct {
 	// (default 10). It needs an operator key.
 	PoolSize int
 	PoolRuns int
+	// ForkRuns is how many checkpoint + fork rounds GroupFork times
+	// (default 5) and ForkCount how many sandboxes each round forks
+	// (default 10, at most apitypes.MaxForks).
+	ForkRuns  int
+	ForkCount int
 	// TemplatesRuns is how many template imports and cached rebuilds of
 	// the base recipe GroupTemplates times (default 5); TemplatesBoots how
 	// many start-command template variants it boots (default 10; the
@@ -145,6 +150,12 @@ func (c *Config) defaults() {
 	if c.PoolRuns <= 0 {
 		c.PoolRuns = 10
 	}
+	if c.ForkRuns <= 0 {
+		c.ForkRuns = 5
+	}
+	if c.ForkCount <= 0 {
+		c.ForkCount = 10
+	}
 	if c.TemplatesRuns <= 0 {
 		c.TemplatesRuns = 5
 	}
@@ -211,6 +222,8 @@ type Parameters struct {
 	SuspendMiB     []int    `json:"suspend_mib"`
 	PoolSize       int      `json:"pool_size"`
 	PoolRuns       int      `json:"pool_runs"`
+	ForkRuns       int      `json:"fork_runs,omitempty"`
+	ForkCount      int      `json:"fork_count,omitempty"`
 	Groups         []string `json:"groups"`
 	// GroupEgress's, when it runs.
 	EgressRequests      int   `json:"egress_requests,omitempty"`
@@ -270,6 +283,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	if cfg.wants(GroupTemplates) {
 		rep.Parameters.TemplatesRuns, rep.Parameters.TemplatesBoots, rep.Parameters.TemplatesCold = cfg.TemplatesRuns, cfg.TemplatesBoots, cfg.TemplatesCold
+	}
+	if cfg.wants(GroupFork) {
+		rep.Parameters.ForkRuns, rep.Parameters.ForkCount = cfg.ForkRuns, cfg.ForkCount
 	}
 	if cfg.wants(GroupScale) {
 		rep.Parameters.ScaleBurst, rep.Parameters.ScaleConcurrency, rep.Parameters.ScaleIdle, rep.Parameters.MetricsURL = cfg.ScaleBurst, cfg.ScaleConcurrency, cfg.ScaleIdle, cfg.MetricsURL
@@ -349,6 +365,12 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			m.Note = fmt.Sprintf("%d of %d creates were started from the template image", n, cfg.Sandboxes)
 			rep.Measurements[MImageCreate] = m
 		}
+	}
+	if ctx.Err() == nil && cfg.wants(GroupFork) {
+		t, c, f, err := b.forks(ctx)
+		record(MForkTotal, fmt.Sprintf("checkpoint a running sandbox, fork %d sandboxes from it in one request, run `true` in each; %d times (ms)", cfg.ForkCount, cfg.ForkRuns), t, err)
+		record(MForkCheckpoint, "the checkpoint of the running sandbox alone (it keeps running) (ms)", c, err)
+		record(MForkForks, fmt.Sprintf("the fork request until every one of the %d forks ran `true` (ms)", cfg.ForkCount), f, err)
 	}
 	if ctx.Err() == nil && cfg.wants(GroupTemplates) {
 		b.runTemplates(ctx, &rep, record)

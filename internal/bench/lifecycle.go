@@ -36,6 +36,7 @@ const (
 	GroupSuspend   = "suspend"   // suspend and wake with dirtied memory
 	GroupPool      = "pool"      // create → first exec from a warm pool
 	GroupTemplate  = "template"  // create → first exec from a template image
+	// GroupFork (forks.go): checkpoint + fork of a running sandbox.
 	// GroupEgress (egress.go), GroupTemplates (templates.go) and
 	// GroupScale (scale.go) are not in the default set.
 )
@@ -43,7 +44,7 @@ const (
 // Groups lists every measurement group, in the order Run measures them.
 // An empty Config.Only means all of them but GroupEgress, GroupTemplates
 // and GroupScale.
-var Groups = []string{GroupRunsc, GroupCreate, GroupExec, GroupLifecycle, GroupSuspend, GroupPool, GroupTemplate, GroupTemplates, GroupScale, GroupEgress}
+var Groups = []string{GroupRunsc, GroupCreate, GroupExec, GroupLifecycle, GroupSuspend, GroupPool, GroupTemplate, GroupFork, GroupTemplates, GroupScale, GroupEgress}
 
 // errSkip marks a measurement the server cannot take (no lifecycle, a
 // runtime without snapshots, no operator key): it is recorded as missing

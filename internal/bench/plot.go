@@ -109,7 +109,11 @@ func WritePlots(rep Report, dir string) ([]string, error) {
 		if err != nil {
 			return err
 		}
-		tp, err := linePlot("", "requests in flight", "sandboxes per second", []Curve{thr}, nil, nil)
+		raw := Curve{Name: "runsc do true / s (raw)"}
+		for _, p := range s.RunscBurst {
+			add(&raw, float64(p.Concurrency), p.PerSecond)
+		}
+		tp, err := linePlot("", "requests in flight", "sandboxes per second", []Curve{thr, raw}, nil, nil)
 		if err != nil {
 			return err
 		}

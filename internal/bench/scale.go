@@ -41,6 +41,7 @@ const (
 	MScaleCreatePrefix     = "scale_create_c"      // + concurrency (ms)
 	MScaleThroughputSuffix = "_throughput"         // scale_create_c10_throughput (sandboxes/s)
 	MScaleCLICreate        = "scale_cli_create"    // airlock sandbox create + airlock exec (ms)
+	MScaleRunscBurstPrefix = "scale_runsc_burst_c" // + concurrency: `runsc do true` bursts (ms)
 	MScaleIdlePSSPrefix    = "scale_idle_pss_mib_" // + count (MiB per sandbox)
 	MScaleIdleAvailPrefix  = "scale_idle_memavailable_drop_mib_"
 	MScaleIdleGetPrefix    = "scale_idle_get_"       // GET /v1/sandboxes/{id} (ms)
@@ -78,6 +79,10 @@ type ScaleReport struct {
 	RunscDoP50MS *float64           `json:"runsc_do_p50_ms,omitempty"`
 	RunscDoP99MS *float64           `json:"runsc_do_p99_ms,omitempty"`
 	Create       []ScaleCreatePoint `json:"create"`
+	// RunscBurst is the raw ceiling at each concurrency above 1: the
+	// burst's number of `runsc do true` with as many in flight, measured
+	// right after the burst (no API, no agent, no network namespaces).
+	RunscBurst []ScaleCreatePoint `json:"runsc_burst,omitempty"`
 	// CLIP50MS and CLIP99MS are create → first exec through the airlock
 	// binary at concurrency 1.
 	CLIP50MS *float64         `json:"cli_p50_ms,omitempty"`
@@ -183,6 +188,24 @@ func (b *bencher) runScale(ctx context.Context, rep *Report, record func(string,
 			rep.Measurements[m] = mm
 		}
 		b.progress("scale create c%d: p50 %s, %s sandboxes/s, %d×429", c, fmtPtr(p.P50MS), fmtPtr(p.PerSecond), p.RateLimited)
+
+		// The same burst of raw gVisor starts: what the machine allows.
+		if c > 1 && b.cfg.Runsc != "" && ctx.Err() == nil {
+			rp, rst, err := b.runscBurst(ctx, c, n)
+			if err != nil {
+				rp.Error = err.Error()
+			}
+			sr.RunscBurst = append(sr.RunscBurst, rp)
+			rname := fmt.Sprintf("%s%d", MScaleRunscBurstPrefix, c)
+			var rthr *Stats
+			if rst != nil && rp.PerSecond != nil {
+				t := Summarize("sandboxes/s", []float64{*rp.PerSecond})
+				rthr = &t
+			}
+			record(rname, fmt.Sprintf("raw baseline: %d `runsc do true` with %d in flight, each timed from its start to its exit (ms)", n, c), rst, err)
+			record(rname+MScaleThroughputSuffix, fmt.Sprintf("the same: %d runs / wall time (runs per second)", n), rthr, err)
+			b.progress("scale runsc burst c%d: p50 %s, %s runs/s", c, fmtPtr(rp.P50MS), fmtPtr(rp.PerSecond))
+		}
 	}
 
 	// 2. the CLI path.
@@ -199,6 +222,43 @@ func (b *bencher) runScale(ctx context.Context, rep *Report, record func(string,
 		b.idleLevels(ctx, rep, sr, record)
 	}
 	addScaleRatios(rep)
+}
+
+// runscBurst runs n `runsc do true` (as runscDo does), c at a time, each
+// with its own state directory, and summarises them like a create burst.
+func (b *bencher) runscBurst(ctx context.Context, c, n int) (ScaleCreatePoint, *Stats, error) {
+	durs := make([]time.Duration, n)
+	errs := make([]error, n)
+	sem := make(chan struct{}, c)
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			root, err := os.MkdirTemp("", "airlock-bench-runsc-")
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer RemoveRunscRoot(root)
+			cmd := exec.CommandContext(ctx, b.cfg.Runsc, "--root", root, "--network=none", "--platform=systrap", "do", "true")
+			start := time.Now()
+			out, err := cmd.CombinedOutput()
+			durs[i] = time.Since(start)
+			if err != nil {
+				errs[i] = fmt.Errorf("runsc do true: %v: %s", err, strings.TrimSpace(lastLines(string(out), 3)))
+			}
+		})
+	}
+	wg.Wait()
+	wall := time.Since(t0)
+	if err := errors.Join(errs...); err != nil {
+		return ScaleCreatePoint{Concurrency: c, WallS: round3(wall.Seconds())}, nil, err
+	}
+	p := newCreatePoint(c, durs, wall, 0)
+	st := Summarize("ms", Millis(durs))
+	return p, &st, nil
 }
 
 func fmtPtr(v *float64) string {
@@ -221,6 +281,16 @@ func addScaleRatios(rep *Report) {
 		if strings.HasPrefix(name, MScaleCreatePrefix) || name == MScaleCLICreate {
 			if r, ok := Ratio(m.P50, base.P50); ok {
 				rep.Ratios[name+"_p50_over_runsc_do_p50"] = r
+			}
+		}
+	}
+	if rep.Scale != nil {
+		for _, p := range rep.Scale.RunscBurst {
+			thr := rep.Measurements[fmt.Sprintf("%s%d%s", MScaleCreatePrefix, p.Concurrency, MScaleThroughputSuffix)]
+			if thr.Stats != nil && p.PerSecond != nil {
+				if r, ok := Ratio(thr.P50, *p.PerSecond); ok {
+					rep.Ratios[fmt.Sprintf("%s%d%s_over_runsc_burst", MScaleCreatePrefix, p.Concurrency, MScaleThroughputSuffix)] = r
+				}
 			}
 		}
 	}

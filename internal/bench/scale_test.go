@@ -164,6 +164,34 @@ func TestRateLimited(t *testing.T) {
 	}
 }
 
+func TestScaleRatiosOverRunscBurst(t *testing.T) {
+	thr := func(v float64) Measurement { st := Summarize("sandboxes/s", []float64{v}); return Measurement{Stats: &st} }
+	rep := Report{
+		Measurements: map[string]Measurement{
+			MScaleCreatePrefix + "10" + MScaleThroughputSuffix: thr(6),
+			MScaleCreatePrefix + "50" + MScaleThroughputSuffix: thr(9),
+		},
+		Ratios: map[string]float64{},
+		Scale:  &ScaleReport{RunscBurst: []ScaleCreatePoint{{Concurrency: 10, PerSecond: ptr(12)}, {Concurrency: 50}}},
+	}
+	rep.Measurements[MRunscDo] = thr(1) // any baseline: the ratios need one
+	addScaleRatios(&rep)
+	if got := rep.Ratios["scale_create_c10_throughput_over_runsc_burst"]; got != 0.5 {
+		t.Errorf("c10 throughput over the raw burst: %v, want 0.5 (ratios %v)", got, rep.Ratios)
+	}
+	if _, ok := rep.Ratios["scale_create_c50_throughput_over_runsc_burst"]; ok {
+		t.Error("a ratio over a raw burst that measured nothing")
+	}
+}
+
+func TestForkIsDefault(t *testing.T) {
+	var c Config
+	c.defaults()
+	if !c.wants(GroupFork) || !slices.Contains(Groups, GroupFork) || c.ForkRuns != 5 || c.ForkCount != 10 {
+		t.Errorf("fork: wanted %v, groups %v, runs %d, count %d", c.wants(GroupFork), Groups, c.ForkRuns, c.ForkCount)
+	}
+}
+
 func TestWritePlots(t *testing.T) {
 	rep := Report{Scale: &ScaleReport{
 		Burst: 100, RunscDoP50MS: ptr(80), CLIP50MS: ptr(300),
@@ -172,6 +200,7 @@ func TestWritePlots(t *testing.T) {
 			{Concurrency: 10, P50MS: ptr(400), P99MS: ptr(700), PerSecond: ptr(20)},
 			{Concurrency: 100, P50MS: ptr(3000), P99MS: ptr(5000), PerSecond: ptr(28)},
 		},
+		RunscBurst: []ScaleCreatePoint{{Concurrency: 10, PerSecond: ptr(12)}, {Concurrency: 100, PerSecond: ptr(11)}},
 		Idle: []ScaleIdlePoint{
 			{Sandboxes: 10, PSSMiB: ptr(31), AvailDropMiB: ptr(40), GetP99MS: ptr(2), ListP99MS: ptr(5), ReconcileMS: ptr(3)},
 			{Sandboxes: 100, PSSMiB: ptr(29), AvailDropMiB: ptr(35), GetP99MS: ptr(3), ListP99MS: ptr(9), ReconcileMS: ptr(20)},

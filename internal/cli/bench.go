@@ -11,13 +11,14 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/airlock/airlock/internal/api/apitypes"
 	"github.com/airlock/airlock/internal/bench"
 	"github.com/airlock/airlock/internal/client"
 )
 
 var benchCmd = &command{
 	name:    "bench",
-	args:    "[--runtime gvisor] [--only GROUPS] [--iterations N] [--concurrency C] [--exec-iterations M] [--file-mib S] [--file-runs R] [--lifecycle-runs L] [--suspend-runs R] [--suspend-mib 16,256] [--pool-size P] [--pool-runs W] [--egress-requests N] [--egress-mib S] [--egress-runs R] [--templates-runs N] [--templates-boots B] [--templates-cold=false] [--scale-burst N] [--scale-concurrency 1,10,50,100] [--scale-idle 10,100,500,1000] [--metrics-url URL] [--plots DIR] [--data-dir DIR] [--out FILE] | plot REPORT.json --plots DIR",
+	args:    "[--runtime gvisor] [--only GROUPS] [--iterations N] [--concurrency C] [--exec-iterations M] [--file-mib S] [--file-runs R] [--lifecycle-runs L] [--suspend-runs R] [--suspend-mib 16,256] [--pool-size P] [--pool-runs W] [--fork-runs F] [--fork-count K] [--egress-requests N] [--egress-mib S] [--egress-runs R] [--templates-runs N] [--templates-boots B] [--templates-cold=false] [--scale-burst N] [--scale-concurrency 1,10,50,100] [--scale-idle 10,100,500,1000] [--metrics-url URL] [--plots DIR] [--data-dir DIR] [--out FILE] | plot REPORT.json --plots DIR",
 	summary: "measure create→first-exec (cold and from a warm pool), exec round trip, file throughput, pause/resume and suspend/wake against the API, (--only templates, as root) template import, build and start-command templates, (--only scale) scaling curves of create bursts and idle sandboxes with PNG plots (--plots; `bench plot` redraws them from a report), or (--only egress, as root) this machine's egress gateway data path; prints a JSON report",
 	setup: func(fs *flag.FlagSet) func(context.Context, *runner, []string) error {
 		rt := fs.String("runtime", "", "sandbox `runtime` (default: the server's)")
@@ -32,6 +33,8 @@ var benchCmd = &command{
 		suspendMiB := fs.String("suspend-mib", "16,256", "comma-separated `MiB` a process dirties before the suspend/wake measurements")
 		poolSize := fs.Int("pool-size", 3, "size of the warm pool the warm-create measurement configures (at least 3; needs an operator key)")
 		poolRuns := fs.Int("pool-runs", 10, "creates served from the warm pool")
+		forkRuns := fs.Int("fork-runs", 5, "checkpoint + fork rounds (group fork; the org needs the feature gate snapshots)")
+		forkCount := fs.Int("fork-count", 10, "sandboxes forked per round (group fork; at most "+strconv.Itoa(apitypes.MaxForks)+")")
 		egressN := fs.Int("egress-requests", 200, "timed requests per egress latency case and path")
 		egressMiB := fs.Int("egress-mib", 256, "size of the egress download and upload in `MiB`")
 		egressRuns := fs.Int("egress-runs", 5, "timed egress downloads and uploads per path")
@@ -54,12 +57,15 @@ var benchCmd = &command{
 				return usagef("bench", "unexpected argument %q", args[0])
 			}
 			for name, v := range map[string]int{"iterations": *n, "concurrency": *conc, "exec-iterations": *execN, "file-mib": *fileMiB, "file-runs": *fileRuns,
-				"lifecycle-runs": *lifecycleRuns, "suspend-runs": *suspendRuns, "pool-size": *poolSize, "pool-runs": *poolRuns,
+				"lifecycle-runs": *lifecycleRuns, "suspend-runs": *suspendRuns, "pool-size": *poolSize, "pool-runs": *poolRuns, "fork-runs": *forkRuns, "fork-count": *forkCount,
 				"egress-requests": *egressN, "egress-mib": *egressMiB, "egress-runs": *egressRuns,
 				"templates-runs": *templatesRuns, "templates-boots": *templatesBoots, "scale-burst": *scaleBurst} {
 				if v <= 0 {
 					return usagef("bench", "--%s must be positive", name)
 				}
+			}
+			if *forkCount > apitypes.MaxForks {
+				return usagef("bench", "--fork-count must be 1 … %d", apitypes.MaxForks)
 			}
 			var sizes []int
 			for _, f := range strings.Split(*suspendMiB, ",") {
@@ -124,6 +130,7 @@ var benchCmd = &command{
 				FileBytes: int64(*fileMiB) << 20, FileRuns: *fileRuns,
 				LifecycleRuns: *lifecycleRuns, SuspendRuns: *suspendRuns, SuspendMiB: sizes,
 				PoolSize: *poolSize, PoolRuns: *poolRuns, Only: groups,
+				ForkRuns: *forkRuns, ForkCount: *forkCount,
 				TemplatesRuns: *templatesRuns, TemplatesBoots: *templatesBoots, TemplatesCold: *templatesCold,
 				Airlock: self, DataDir: dd,
 				ScaleBurst: *scaleBurst, ScaleConcurrency: scaleC, ScaleIdle: idle, MetricsURL: *metricsURL,

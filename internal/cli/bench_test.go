@@ -20,6 +20,8 @@ func TestBenchScaleUsage(t *testing.T) {
 		{[]string{"bench", "--only", "scale", "--scale-burst", "0"}, "--scale-burst must be positive"},
 		{[]string{"bench", "--only", "scale", "--metrics-url", "localhost:9090"}, "http(s) URL"},
 		{[]string{"bench", "--plots", "/tmp/x"}, "add scale to --only"},
+		{[]string{"bench", "--only", "fork", "--fork-count", "33"}, "--fork-count must be 1 … 32"},
+		{[]string{"bench", "--only", "fork", "--fork-runs", "0"}, "--fork-runs must be positive"},
 		{[]string{"bench", "plot"}, "one report file"},
 		{[]string{"bench", "plot", "r.json"}, "needs --plots"},
 	} {

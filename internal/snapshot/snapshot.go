@@ -27,8 +27,10 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -448,9 +450,14 @@ func (p *Pending) commit(m Manifest) error {
 // hashTree fsyncs and hashes every regular file under dir (sorted by path)
 // and fsyncs every directory. Anything else (symlinks, devices, a file
 // named like the manifest at the top) is an error.
+//
+// A suspend waits for this, so it overlaps what it can: files are done a
+// few at a time (one per core, at most 4), and each file's fsync (the disk
+// writing back what the checkpoint just wrote) runs while its sha256 is
+// computed from the page cache. For a 256 MiB-dirty gVisor sandbox that is
+// the difference between the sum and the larger of the two.
 func hashTree(dir string) ([]Artifact, error) {
-	var arts []Artifact
-	var dirs []string
+	var files, rels, dirs []string
 	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -466,15 +473,26 @@ func hashTree(dir string) ([]Artifact, error) {
 		case rel == ManifestFile || rel == SignatureFile || strings.HasPrefix(rel, "."+ManifestFile):
 			return fmt.Errorf("artifact %s: the name is reserved: %w", rel, model.ErrInvalid)
 		}
-		a, err := hashFile(p, true)
-		if err != nil {
-			return err
-		}
-		a.Path = rel
-		arts = append(arts, a)
+		files, rels = append(files, p), append(rels, rel)
 		return nil
 	})
 	if err != nil {
+		return nil, fmt.Errorf("hash artifacts: %w", err)
+	}
+	arts := make([]Artifact, len(files))
+	errs := make([]error, len(files))
+	sem := make(chan struct{}, min(max(goruntime.GOMAXPROCS(0), 1), 4))
+	var wg sync.WaitGroup
+	for i, p := range files {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			arts[i], errs[i] = hashFile(p, true)
+			arts[i].Path = rels[i]
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("hash artifacts: %w", err)
 	}
 	for _, d := range slices.Backward(dirs) {
@@ -486,22 +504,27 @@ func hashTree(dir string) ([]Artifact, error) {
 	return arts, nil
 }
 
-// hashFile returns the size and sha256 of a file, fsyncing it first if asked.
-func hashFile(p string, sync bool) (Artifact, error) {
+// hashFile returns the size and sha256 of a file; when durable it also
+// fsyncs the file, concurrently with the hashing, and fails if that fails.
+func hashFile(p string, durable bool) (Artifact, error) {
 	f, err := os.Open(p)
 	if err != nil {
 		return Artifact{}, err
 	}
 	defer f.Close()
-	if sync {
-		if err := f.Sync(); err != nil {
-			return Artifact{}, fmt.Errorf("fsync %s: %w", p, err)
-		}
+	synced := make(chan error, 1)
+	if durable {
+		go func() { synced <- f.Sync() }()
+	} else {
+		synced <- nil
 	}
 	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return Artifact{}, fmt.Errorf("read %s: %w", p, err)
+	n, rerr := io.Copy(h, f)
+	if err := <-synced; err != nil {
+		return Artifact{}, fmt.Errorf("fsync %s: %w", p, err)
+	}
+	if rerr != nil {
+		return Artifact{}, fmt.Errorf("read %s: %w", p, rerr)
 	}
 	return Artifact{Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
 }

@@ -127,6 +127,7 @@ func (w *Worker) suspend(ctx context.Context, sb *sandbox, snap runtime.Snapshot
 	removeOld := w.dropSuspendSnapshots(sb.id, m.ID)
 	defer removeOld() // after the state is reported (LIFO: after the unlock below)
 	var derr error
+	tr := time.Now()
 	for i := range 3 {
 		if derr = w.deleteRuntime(ctx, sb.id); derr == nil {
 			break
@@ -134,7 +135,7 @@ func (w *Worker) suspend(ctx context.Context, sb *sandbox, snap runtime.Snapshot
 		w.log.Warn("release suspended runtime", "sandbox", sb.id, "attempt", i+1, "err", derr)
 		time.Sleep(time.Second)
 	}
-	w.log.Info("sandbox suspended", "sandbox", sb.id, "snapshot", m.ID, "bytes", m.Bytes, "took", time.Since(t0))
+	w.log.Info("sandbox suspended", "sandbox", sb.id, "snapshot", m.ID, "bytes", m.Bytes, "release", time.Since(tr).Round(time.Millisecond), "took", time.Since(t0))
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	sb.busy = false
@@ -163,9 +164,11 @@ func (w *Worker) writeSnapshot(ctx context.Context, snap runtime.Snapshotter, st
 	if err := p.Detach(meta); err != nil {
 		w.log.Warn("prepare snapshot for a detached checkpoint", "sandbox", id, "err", err)
 	}
+	t0 := time.Now()
 	if err := snap.Checkpoint(ctx, id, p.Dir(), leaveRunning); err != nil {
 		return snapshot.Manifest{}, errors.Join(fmt.Errorf("checkpoint: %w", err), abort(p))
 	}
+	t1 := time.Now()
 	if !leaveRunning && !p.Completed() {
 		// The guest is stopped: from here the snapshot is all there is of
 		// it, so a crash before Commit must not lose it (Recover at worker
@@ -178,6 +181,10 @@ func (w *Worker) writeSnapshot(ctx context.Context, snap runtime.Snapshotter, st
 	if err != nil {
 		return snapshot.Manifest{}, errors.Join(fmt.Errorf("commit snapshot: %w", err), abort(p))
 	}
+	// Where a suspend's time goes: the runtime's checkpoint, then the
+	// store's fsync + sha256 of what it wrote.
+	w.log.Info("snapshot written", "sandbox", id, "kind", meta.Kind, "snapshot", m.ID, "bytes", m.Bytes,
+		"checkpoint", t1.Sub(t0).Round(time.Millisecond), "commit", time.Since(t1).Round(time.Millisecond))
 	return m, nil
 }
 
