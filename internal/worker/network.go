@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/airlock/airlock/internal/agentclient"
 	"github.com/airlock/airlock/internal/model"
@@ -50,6 +51,7 @@ func (w *Worker) withNetwork(ctx context.Context, spec runtime.Spec, policy *mod
 		// policy that later adds an IPv6 CIDR applies from the next start.
 		cfg.IPv6 = g.AllowsIPv6(spec.ID, policy)
 	}
+	t0 := time.Now()
 	n, err := network.Setup(ctx, spec.ID, w.caps(ctx, spec.Runtime), cfg)
 	if err != nil {
 		return nil, err
@@ -64,7 +66,9 @@ func (w *Worker) withNetwork(ctx context.Context, spec runtime.Spec, policy *mod
 		return nil, errors.Join(err, network.Release(context.WithoutCancel(ctx), spec.ID))
 	}
 	spec.Network = n
+	t1 := time.Now()
 	h, err := call(spec)
+	w.log.Debug("sandbox network and runtime", "sandbox", spec.ID, "network", t1.Sub(t0), "runtime", time.Since(t1))
 	if err != nil && !errors.Is(err, model.ErrConflict) {
 		w.detachGateway(spec.ID)
 		err = errors.Join(err, network.Release(context.WithoutCancel(ctx), spec.ID))

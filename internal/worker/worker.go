@@ -795,6 +795,7 @@ func (w *Worker) cannotPause(sb *sandbox) {
 
 // start creates one sandbox and waits for its agent.
 func (w *Worker) start(ctx context.Context, sb *sandbox, s workerapi.SandboxSpec) {
+	t0 := time.Now()
 	h, ac, from, err := w.startOne(ctx, s)
 	if err == nil {
 		if terr := w.trustOrgCA(ctx, s.ID, ac); terr != nil {
@@ -814,7 +815,7 @@ func (w *Worker) start(ctx context.Context, sb *sandbox, s workerapi.SandboxSpec
 		w.log.Warn("start sandbox failed", "sandbox", sb.id, "err", err)
 		sb.state, sb.reason = model.StateFailed, err.Error()
 	} else {
-		w.log.Info("sandbox running", "sandbox", sb.id)
+		w.log.Info("sandbox running", "sandbox", sb.id, "from", from, "took", time.Since(t0).Round(time.Millisecond))
 		sb.state, sb.handle, sb.agent, sb.startedFrom = model.StateRunning, h, ac, from
 	}
 	w.changed()
