@@ -106,3 +106,31 @@ func TestTruncateReason(t *testing.T) {
 		}
 	}
 }
+
+// TestSyncOutOfOrderIgnored: a Sync that the worker cut short can reach
+// the server after the one that replaced it; its older observations must
+// not overwrite the newer ones. A new epoch (the worker restarted) starts
+// the numbering over.
+func TestSyncOutOfOrderIgnored(t *testing.T) {
+	e := newEnv(t)
+	w := e.worker("w1")
+	w.register(baseTemplate)
+	e.createSandbox("sb1", 512)
+	e.reconcile()
+	sync := func(epoch string, seq uint64, st model.SandboxState, reason string) {
+		t.Helper()
+		if _, err := e.c.Sync(e.ctx, "w1", workerapi.SyncRequest{Epoch: epoch, Seq: seq, Observed: []workerapi.Observed{
+			{SandboxID: "sb1", State: st, Reason: reason},
+		}}, workerapi.Poll{}); err != nil {
+			t.Fatalf("Sync %s/%d: %v", epoch, seq, err)
+		}
+	}
+	sync("epoch-a", 2, model.StateRunning, "")
+	e.wantSandbox("sb1", model.StateRunning, "w1", "")
+	sync("epoch-a", 1, model.StateFailed, "stale: must not land")
+	e.wantSandbox("sb1", model.StateRunning, "w1", "")
+	sync("epoch-a", 2, model.StateFailed, "a repeated seq is stale too")
+	e.wantSandbox("sb1", model.StateRunning, "w1", "")
+	sync("epoch-b", 1, model.StateFailed, "the restarted worker's view")
+	e.wantSandbox("sb1", model.StateFailed, "w1", "the restarted worker's view")
+}

@@ -34,6 +34,7 @@ import (
 	"github.com/airlock/airlock/internal/service"
 	"github.com/airlock/airlock/internal/store"
 	"github.com/airlock/airlock/internal/token"
+	"github.com/airlock/airlock/internal/workerapi"
 )
 
 // Defaults for Config.
@@ -86,6 +87,8 @@ type Controller struct {
 	// waiting counts Sync long polls blocked on a change (for tests).
 	waiting atomic.Int32
 	net     netLimiter // network.denied events (netdenied.go)
+	// order drops Syncs that arrive after their successors.
+	order workerapi.SyncOrder
 	// onRound receives the duration of every full round Run makes and
 	// the sandboxes it covered (ObserveRounds; nil: none).
 	onRound atomic.Pointer[func(time.Duration, int)]

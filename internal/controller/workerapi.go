@@ -257,6 +257,13 @@ func (c *Controller) sync(ctx context.Context, id string, req workerapi.SyncRequ
 	if req.FreeMiB != nil && *req.FreeMiB < 0 {
 		return workerapi.SyncResponse{}, model.Errorf(model.ErrInvalid, "free_mib must not be negative")
 	}
+	if c.order.Stale(id, req) {
+		// Overtaken by a later Sync of the same worker (this one was cut
+		// short and arrived late): what it says is older than what is
+		// stored. Its denials were queued again by the worker.
+		c.log.Debug("controller: stale sync ignored", "worker", id, "seq", req.Seq)
+		req = workerapi.SyncRequest{}
+	}
 	wasFresh, err := c.heartbeat(ctx, id, req.Templates, req.FreeMiB)
 	if err != nil {
 		return workerapi.SyncResponse{}, err

@@ -213,9 +213,14 @@ type Worker struct {
 	cfg Config
 	// reportedFree is the free memory (MiB) of the last Sync (capacity.go).
 	reportedFree atomic.Int64
-	log          *slog.Logger
-	http         *http.Client
-	ln           net.Listener
+	// epoch and syncSeq order this process's Syncs for the server
+	// (workerapi.SyncRequest.Epoch): a long poll cut short may arrive
+	// after the Sync that replaced it.
+	epoch   string
+	syncSeq uint64
+	log     *slog.Logger
+	http    *http.Client
+	ln      net.Listener
 
 	key    atomic.Pointer[verifyKeys] // data-plane verification keys, set at registration and by Sync
 	secret atomic.Pointer[string]     // the worker's own credential (see Config.SecretFile)
@@ -268,6 +273,7 @@ func New(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{
+		epoch:     model.NewID("epoch"),
 		cfg:       cfg,
 		log:       cfg.Logger,
 		http:      cfg.HTTPClient,
@@ -591,6 +597,8 @@ func (w *Worker) syncLoop(ctx context.Context) error {
 	var templates []model.Template
 	for ctx.Err() == nil {
 		req, reported := w.observed()
+		w.syncSeq++ // only this loop syncs
+		req.Epoch, req.Seq = w.epoch, w.syncSeq
 		req.NetDenied = w.net.Take(workerapi.MaxNetDenials)
 		if time.Since(lastTemplates) > 10*time.Second || w.templatesGone.Swap(false) {
 			templates = w.templates()

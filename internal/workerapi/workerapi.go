@@ -38,6 +38,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/airlock/airlock/internal/model"
@@ -158,6 +159,16 @@ type TaskResult struct {
 // SyncRequest is a heartbeat with the observed state of every sandbox the
 // worker knows about (assigned or not).
 type SyncRequest struct {
+	// Epoch names the worker process (random, new at each start) and Seq
+	// numbers its Syncs, strictly increasing within the epoch. A Sync the
+	// worker cut short (a change during the long poll) may reach the
+	// server after its successor: a server that has seen a higher Seq of
+	// the same epoch from the worker ignores the older Sync's
+	// observations, templates and denials (SyncOrder) instead of letting
+	// a stale state overwrite a newer one. Zero values: unordered (an
+	// older worker).
+	Epoch    string     `json:"epoch,omitempty"`
+	Seq      uint64     `json:"seq,omitempty"`
 	Observed []Observed `json:"observed"`
 	// FreeMiB: as in RegisterRequest, measured as the Sync is sent.
 	FreeMiB   *int             `json:"free_mib,omitempty"`
@@ -298,4 +309,38 @@ type TemplateRemoval struct {
 // request with that message.
 type WakeRequest struct {
 	SandboxID string `json:"sandbox_id"`
+}
+
+// SyncOrder tells stale Syncs from current ones per worker (see
+// SyncRequest.Epoch); a server keeps one. It holds what the Syncs of one
+// server process saw: a worker whose Syncs alternate between servers is
+// ordered per server only.
+type SyncOrder struct {
+	mu   sync.Mutex
+	last map[string]syncMark
+}
+
+type syncMark struct {
+	epoch string
+	seq   uint64
+}
+
+// Stale records req of worker id and reports whether a Sync after it (a
+// higher Seq of the same epoch) was seen already. Unnumbered Syncs are
+// never stale; a new epoch (the worker restarted) starts over.
+func (o *SyncOrder) Stale(id string, req SyncRequest) bool {
+	if req.Epoch == "" || req.Seq == 0 {
+		return false
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.last == nil {
+		o.last = map[string]syncMark{}
+	}
+	m, ok := o.last[id]
+	if ok && m.epoch == req.Epoch && req.Seq <= m.seq {
+		return true
+	}
+	o.last[id] = syncMark{epoch: req.Epoch, seq: req.Seq}
+	return false
 }

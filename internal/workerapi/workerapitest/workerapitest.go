@@ -33,8 +33,9 @@ type Server struct {
 	// Key is the data-plane signing key it hands workers.
 	Key []byte
 
-	t  testing.TB
-	mu sync.Mutex
+	t     testing.TB
+	order workerapi.SyncOrder
+	mu    sync.Mutex
 	// changed is closed and replaced on any change.
 	changed     chan struct{}
 	version     int64
@@ -117,6 +118,9 @@ func (s *Server) Sync(ctx context.Context, _ string, req workerapi.SyncRequest, 
 	}
 	changed := !s.syncedSince
 	s.syncedSince = true
+	if s.order.Stale("", req) {
+		req = workerapi.SyncRequest{} // overtaken by a later Sync (as the controller does)
+	}
 	for _, o := range req.Observed {
 		if prev, ok := s.observed[o.SandboxID]; !ok || !sameObserved(prev, o) {
 			if !ok || prev.State != o.State {
