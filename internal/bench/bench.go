@@ -23,6 +23,7 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -258,7 +259,27 @@ const (
 	MWriteThroughput  = "file_write_throughput"
 	MReadThroughput   = "file_read_throughput"
 	MRunscDo          = "runsc_do_true"
+	// MExecInGuest is the floor under exec_round_trip: posix_spawn +
+	// waitpid of `true` inside the sandbox, no API, no agent.
+	MExecInGuest = "exec_in_guest_spawn"
+	// MDiskPrefix + "<S>mib": writing the last suspend snapshot's size to
+	// the worker's data dir with fsync, the floor under a durable suspend.
+	MDiskPrefix = "disk_write_fsync_"
 )
+
+// inGuestSpawn times n posix_spawn + waitpid of /bin/true inside a
+// sandbox and prints one line of milliseconds per spawn.
+const inGuestSpawn = `import os,sys,time
+for _ in range(int(sys.argv[1])):
+    t=time.perf_counter()
+    os.waitpid(os.posix_spawn("/bin/true",["true"],os.environ),0)
+    print("%.4f" % ((time.perf_counter()-t)*1000))
+`
+
+// FileSandboxMiB is the memory of the sandbox the file throughput is
+// measured in: a file in the guest's /tmp is held in its memory, and a
+// rewrite keeps the old file until the new one is renamed over it.
+func FileSandboxMiB(fileBytes int64) int { return max(512, int(2*(fileBytes>>20))+256) }
 
 // Run measures everything and returns the report. Failing measurements are
 // recorded in the report (Errors) and do not stop the others; the returned
@@ -320,9 +341,10 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		}
 	}
 	if ctx.Err() == nil && cfg.wants(GroupExec) {
-		execSt, wSt, rSt, errs := b.inOneSandbox(ctx)
+		execSt, wSt, rSt, gSt, errs := b.inOneSandbox(ctx)
 		record(MExecRoundTrip, fmt.Sprintf("create + attach + exit of `true` in a running sandbox, %d times (ms)", cfg.ExecIterations), execSt, errs[0])
-		record(MWriteThroughput, fmt.Sprintf("write a %d-byte file into the sandbox, %d times (MB/s, MB = 10^6 bytes)", cfg.FileBytes, cfg.FileRuns), wSt, errs[1])
+		record(MExecInGuest, fmt.Sprintf("floor of the round trip: posix_spawn + waitpid of /bin/true inside the same sandbox (python3), %d times; no API, no agent (ms)", cfg.ExecIterations), gSt, errs[3])
+		record(MWriteThroughput, fmt.Sprintf("write a %d-byte file into /tmp of a sandbox with %d MiB of memory, %d times (MB/s, MB = 10^6 bytes)", cfg.FileBytes, FileSandboxMiB(cfg.FileBytes), cfg.FileRuns), wSt, errs[1])
 		record(MReadThroughput, fmt.Sprintf("read the %d-byte file back, %d times (MB/s)", cfg.FileBytes, cfg.FileRuns), rSt, errs[2])
 	}
 	if ctx.Err() == nil && cfg.wants(GroupLifecycle) {
@@ -337,6 +359,10 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			}
 			s, w, snap, err := b.suspendWake(ctx, mib)
 			sfx := fmt.Sprintf("%dmib", mib)
+			if snap > 0 {
+				d, derr := b.diskFloor(snap)
+				record(MDiskPrefix+sfx, fmt.Sprintf("floor of the suspend: write the last snapshot's size (%d bytes) of random data into the worker's data dir with fsync, %d times (ms)", snap, cfg.SuspendRuns), d, derr)
+			}
 			record(MSuspendPrefix+sfx, fmt.Sprintf("suspend a sandbox (%d MiB memory) in which a process dirtied %d MiB and wait for its operation, %d times (ms)", SuspendMemoryMiB(mib), mib, cfg.SuspendRuns), s, err)
 			record(MWakePrefix+sfx, fmt.Sprintf("wake it and wait for its operation, %d times; the process's RSS is checked after each wake (ms)", cfg.SuspendRuns), w, err)
 			if snap > 0 {
@@ -385,6 +411,11 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	rep.Environment.RuntimeUsed = b.runtimeUsed
 	b.mu.Unlock()
 
+	if rt, g := rep.Measurements[MExecRoundTrip], rep.Measurements[MExecInGuest]; rt.Stats != nil && g.Stats != nil {
+		if r, ok := Ratio(rt.P50, g.P50); ok {
+			rep.Ratios["exec_round_trip_p50_over_exec_in_guest_spawn_p50"] = r
+		}
+	}
 	if seq, base := rep.Measurements[MCreateSequential], rep.Measurements[MRunscDo]; seq.Stats != nil && base.Stats != nil && base.P50 > 0 {
 		rep.Ratios["create_to_first_exec_p50_over_runsc_do_p50"] = round3(seq.P50 / base.P50)
 	}
@@ -625,10 +656,12 @@ func (b *bencher) createToFirstExec(ctx context.Context, parallel int) (*Stats, 
 }
 
 // inOneSandbox measures exec round trips and file throughput in one sandbox.
-func (b *bencher) inOneSandbox(ctx context.Context) (execSt, writeSt, readSt *Stats, errs [3]error) {
-	id, err := b.create(ctx, b.request())
+func (b *bencher) inOneSandbox(ctx context.Context) (execSt, writeSt, readSt, guestSt *Stats, errs [4]error) {
+	req := b.request()
+	req.Resources.MemoryMiB = FileSandboxMiB(b.cfg.FileBytes)
+	id, err := b.create(ctx, req)
 	if err != nil {
-		errs = [3]error{err, err, err}
+		errs = [4]error{err, err, err, err}
 		return
 	}
 	defer func() {
@@ -654,8 +687,30 @@ func (b *bencher) inOneSandbox(ctx context.Context) (execSt, writeSt, readSt *St
 		execSt = &st
 	}
 
+	guestSt, errs[3] = b.inGuestSpawn(ctx, id)
 	writeSt, readSt, errs[1], errs[2] = b.throughput(ctx, id)
 	return
+}
+
+// inGuestSpawn measures MExecInGuest in sandbox id.
+func (b *bencher) inGuestSpawn(ctx context.Context, id string) (*Stats, error) {
+	out, err := b.output(ctx, id, "python3", "-c", inGuestSpawn, strconv.Itoa(b.cfg.ExecIterations))
+	if err != nil {
+		return nil, err
+	}
+	var ms []float64
+	for _, l := range strings.Fields(out) {
+		v, err := strconv.ParseFloat(l, 64)
+		if err != nil {
+			return nil, fmt.Errorf("in-guest spawn timing: %q: %w", l, err)
+		}
+		ms = append(ms, v)
+	}
+	if len(ms) != b.cfg.ExecIterations {
+		return nil, fmt.Errorf("in-guest spawn timing: %d samples, want %d", len(ms), b.cfg.ExecIterations)
+	}
+	st := Summarize("ms", ms)
+	return &st, nil
 }
 
 func (b *bencher) throughput(ctx context.Context, id string) (w, r *Stats, werr, rerr error) {

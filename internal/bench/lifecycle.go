@@ -3,9 +3,11 @@ package bench
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -425,4 +427,43 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// diskFloor writes n random bytes into a file in the worker's data dir
+// (Config.DataDir) with fsync, cfg.SuspendRuns times, and removes it: what
+// the disk alone needs for a durable snapshot of that size.
+func (b *bencher) diskFloor(n int64) (*Stats, error) {
+	if b.cfg.DataDir == "" {
+		return nil, skipf("no data dir (--data-dir) to write into")
+	}
+	if st, err := os.Stat(b.cfg.DataDir); err != nil || !st.IsDir() {
+		return nil, skipf("data dir %s: not a directory here (the bench is not on the worker's host?)", b.cfg.DataDir)
+	}
+	buf := make([]byte, 4<<20)
+	rand.Read(buf)
+	var durs []time.Duration
+	for range b.cfg.SuspendRuns {
+		f, err := os.CreateTemp(b.cfg.DataDir, ".bench-disk-")
+		if err != nil {
+			return nil, skipf("cannot write into %s: %v", b.cfg.DataDir, err)
+		}
+		t0 := time.Now()
+		for left := n; left > 0 && err == nil; {
+			k := min(left, int64(len(buf)))
+			_, err = f.Write(buf[:k])
+			left -= k
+		}
+		if err == nil {
+			err = f.Sync()
+		}
+		d := time.Since(t0)
+		f.Close()
+		os.Remove(f.Name())
+		if err != nil {
+			return nil, fmt.Errorf("disk floor: %w", err)
+		}
+		durs = append(durs, d)
+	}
+	st := Summarize("ms", Millis(durs))
+	return &st, nil
 }

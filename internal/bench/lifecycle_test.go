@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -78,5 +80,33 @@ func TestUnsupported(t *testing.T) {
 		if got := unsupported(tc.err); got != tc.want {
 			t.Errorf("unsupported(%v) = %v, want %v", tc.err, got, tc.want)
 		}
+	}
+}
+
+func TestFileSandboxMiB(t *testing.T) {
+	for _, c := range []struct {
+		bytes int64
+		want  int
+	}{{64 << 20, 512}, {128 << 20, 512}, {256 << 20, 768}, {1 << 30, 2304}} {
+		if got := FileSandboxMiB(c.bytes); got != c.want {
+			t.Errorf("FileSandboxMiB(%d MiB) = %d, want %d", c.bytes>>20, got, c.want)
+		}
+	}
+}
+
+func TestDiskFloorWritesAndRemoves(t *testing.T) {
+	dir := t.TempDir()
+	b := &bencher{cfg: Config{DataDir: dir, SuspendRuns: 2}}
+	st, err := b.diskFloor(5<<20 + 3)
+	if err != nil || st == nil || st.N != 2 {
+		t.Fatalf("diskFloor: %+v %v", st, err)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Errorf("left %d files behind", len(left))
+	}
+	b.cfg.DataDir = filepath.Join(dir, "absent")
+	var skip errSkip
+	if _, err := b.diskFloor(1); !errors.As(err, &skip) {
+		t.Errorf("absent data dir: %v, want a skip", err)
 	}
 }
