@@ -165,7 +165,10 @@ func TestRateLimited(t *testing.T) {
 }
 
 func TestScaleRatiosOverRunscBurst(t *testing.T) {
-	thr := func(v float64) Measurement { st := Summarize("sandboxes/s", []float64{v}); return Measurement{Stats: &st} }
+	thr := func(v float64) Measurement {
+		st := Summarize("sandboxes/s", []float64{v})
+		return Measurement{Stats: &st}
+	}
 	rep := Report{
 		Measurements: map[string]Measurement{
 			MScaleCreatePrefix + "10" + MScaleThroughputSuffix: thr(6),
