@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"testing"
 
@@ -67,7 +68,7 @@ func TestNetworkAroundRuntime(t *testing.T) {
 	testenv.RequireRoot(t, "network namespaces")
 	ctx := context.Background()
 	d := &netDriver{caps: runtime.Caps{Network: true, Snapshot: true}}
-	w := &Worker{cfg: Config{Driver: d}}
+	w := &Worker{cfg: Config{Driver: d}, log: slog.New(slog.DiscardHandler)}
 
 	id := model.NewID("sb")
 	t.Cleanup(func() { network.Release(ctx, id) })
@@ -131,7 +132,7 @@ func TestNetworkForAuto(t *testing.T) {
 	ctx := context.Background()
 	vm := &netDriver{caps: runtime.Caps{Network: true}}
 	plain := &netDriver{caps: runtime.Caps{Pause: true}}
-	w := &Worker{cfg: Config{Driver: &runtime.Multi{Drivers: map[string]runtime.Driver{"plain": plain, "vm": vm}, Default: "plain"}}}
+	w := &Worker{cfg: Config{Driver: &runtime.Multi{Drivers: map[string]runtime.Driver{"plain": plain, "vm": vm}, Default: "plain"}}, log: slog.New(slog.DiscardHandler)}
 	id := model.NewID("sb")
 	t.Cleanup(func() { network.Release(ctx, id) })
 	for _, prefer := range []bool{true, false} {
