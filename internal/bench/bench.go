@@ -803,7 +803,7 @@ func (b *bencher) runscDo(ctx context.Context) Measurement {
 		return m
 	}
 	defer RemoveRunscRoot(root)
-	args := []string{"--root", root, "--network=none", "--platform=systrap", "do", "true"}
+	args := runscDoArgs(root)
 	m.Command = b.cfg.Runsc + " " + strings.Join(args, " ")
 	var durs []time.Duration
 	for i := range b.cfg.Sandboxes {
@@ -822,6 +822,12 @@ func (b *bencher) runscDo(ctx context.Context) Measurement {
 	m.Stats = &st
 	b.progress("runsc do true: p50 %.1f ms", st.P50)
 	return m
+}
+
+// runscDoArgs are the arguments of the raw baseline, with root as its
+// private state directory.
+func runscDoArgs(root string) []string {
+	return []string{"--root", root, "--network=none", "--platform=systrap", "do", "true"}
 }
 
 // RemoveRunscRoot removes a private runsc state directory: runsc binds a

@@ -43,13 +43,7 @@ func (b *bencher) forks(ctx context.Context) (total, ckpt, fork *Stats, err erro
 		name := fmt.Sprintf("bench-fork-%d", i)
 		t0 := time.Now()
 		op, err := b.cfg.Client.CreateCheckpoint(ctx, id, name)
-		if err == nil && !op.State.Done() {
-			op, err = b.cfg.Client.WaitOperation(ctx, op.ID)
-		}
-		if err == nil && op.State != model.OpSucceeded {
-			err = &client.OperationError{Operation: op}
-		}
-		if err != nil {
+		if err := b.succeeded(ctx, op, err); err != nil {
 			if i == 0 && (isStatus(err, http.StatusForbidden) || unsupported(err) || isStatus(err, http.StatusConflict)) {
 				return nil, nil, nil, skipf("the server cannot checkpoint this sandbox (forks need the org's feature gate %q: airlock org set <org> --features %s, and the gvisor runtime): %v",
 					model.FeatureSnapshots, model.FeatureSnapshots, err)
@@ -71,15 +65,10 @@ func (b *bencher) forks(ctx context.Context) (total, ckpt, fork *Stats, err erro
 		var wg sync.WaitGroup
 		for j, f := range forks {
 			wg.Go(func() {
-				op := f.Operation
-				var err error
-				if !op.State.Done() {
-					op, err = b.cfg.Client.WaitOperation(ctx, op.ID)
-				}
-				if err == nil && op.State != model.OpSucceeded {
-					err = fmt.Errorf("fork %s %s: %s", f.Sandbox.ID, op.State, op.Reason)
-				}
-				if err == nil {
+				err := b.succeeded(ctx, f.Operation, nil)
+				if err != nil {
+					err = fmt.Errorf("fork %s: %w", f.Sandbox.ID, err)
+				} else {
 					err = b.runTrue(ctx, f.Sandbox.ID)
 				}
 				errs[j] = err
@@ -87,13 +76,11 @@ func (b *bencher) forks(ctx context.Context) (total, ckpt, fork *Stats, err erro
 		}
 		wg.Wait()
 		t2 := time.Now()
-		var dels sync.WaitGroup
-		delErrs := make([]error, len(forks))
+		ids := make([]string, len(forks))
 		for j, f := range forks {
-			dels.Go(func() { delErrs[j] = b.delete(ctx, f.Sandbox.ID) })
+			ids[j] = f.Sandbox.ID
 		}
-		dels.Wait()
-		if err := errors.Join(append(errs, delErrs...)...); err != nil {
+		if err := errors.Join(append(errs, b.deleteAll(ctx, ids))...); err != nil {
 			return nil, nil, nil, err
 		}
 		if len(forks) != b.cfg.ForkCount {

@@ -80,16 +80,23 @@ func (b *bencher) lifecycleOp(ctx context.Context, verb string, id string) (time
 	}[verb]
 	t0 := time.Now()
 	op, err := call(ctx, id)
+	if err := b.succeeded(ctx, op, err); err != nil {
+		return 0, fmt.Errorf("%s %s: %w", verb, id, err)
+	}
+	return time.Since(t0), nil
+}
+
+// succeeded waits for op, as a request that returned (op, err) started
+// it, until it is done: nil once it succeeded, a *client.OperationError
+// when it ended otherwise.
+func (b *bencher) succeeded(ctx context.Context, op model.Operation, err error) error {
 	if err == nil && !op.State.Done() {
 		op, err = b.cfg.Client.WaitOperation(ctx, op.ID)
 	}
 	if err == nil && op.State != model.OpSucceeded {
 		err = &client.OperationError{Operation: op}
 	}
-	if err != nil {
-		return 0, fmt.Errorf("%s %s: %w", verb, id, err)
-	}
-	return time.Since(t0), nil
+	return err
 }
 
 // pauseResume times cfg.LifecycleRuns pause → running-paused and resume →

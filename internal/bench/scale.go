@@ -175,13 +175,9 @@ func (b *bencher) runScale(ctx context.Context, rep *Report, record func(string,
 		}
 		sr.Create = append(sr.Create, p)
 		name := fmt.Sprintf("%s%d", MScaleCreatePrefix, c)
-		var thr *Stats
-		if st != nil && p.PerSecond != nil {
-			t := Summarize("sandboxes/s", []float64{*p.PerSecond})
-			thr = &t
-		}
-		record(name, fmt.Sprintf("create %d sandboxes with %d requests in flight, each timed from its create request (429s retried after Retry-After, the wait counted) through its create operation to the exit of `true` in it (ms)", n, c), st, err)
-		record(name+MScaleThroughputSuffix, fmt.Sprintf("the same burst: %d sandboxes / wall time from the first create request to the last exit (sandboxes per second)", n), thr, err)
+		recordBurst(record, name, p, st, err,
+			fmt.Sprintf("create %d sandboxes with %d requests in flight, each timed from its create request (429s retried after Retry-After, the wait counted) through its create operation to the exit of `true` in it (ms)", n, c),
+			fmt.Sprintf("the same burst: %d sandboxes / wall time from the first create request to the last exit (sandboxes per second)", n))
 		for _, m := range []string{name, name + MScaleThroughputSuffix} {
 			mm := rep.Measurements[m]
 			mm.Note = fmt.Sprintf("%d answers 429 (rate limited) retried; wall %.3f s", p.RateLimited, p.WallS)
@@ -196,14 +192,9 @@ func (b *bencher) runScale(ctx context.Context, rep *Report, record func(string,
 				rp.Error = err.Error()
 			}
 			sr.RunscBurst = append(sr.RunscBurst, rp)
-			rname := fmt.Sprintf("%s%d", MScaleRunscBurstPrefix, c)
-			var rthr *Stats
-			if rst != nil && rp.PerSecond != nil {
-				t := Summarize("sandboxes/s", []float64{*rp.PerSecond})
-				rthr = &t
-			}
-			record(rname, fmt.Sprintf("raw baseline: %d `runsc do true` with %d in flight, each timed from its start to its exit (ms)", n, c), rst, err)
-			record(rname+MScaleThroughputSuffix, fmt.Sprintf("the same: %d runs / wall time (runs per second)", n), rthr, err)
+			recordBurst(record, fmt.Sprintf("%s%d", MScaleRunscBurstPrefix, c), rp, rst, err,
+				fmt.Sprintf("raw baseline: %d `runsc do true` with %d in flight, each timed from its start to its exit (ms)", n, c),
+				fmt.Sprintf("the same: %d runs / wall time (runs per second)", n))
 			b.progress("scale runsc burst c%d: p50 %s, %s runs/s", c, fmtPtr(rp.P50MS), fmtPtr(rp.PerSecond))
 		}
 	}
@@ -224,6 +215,18 @@ func (b *bencher) runScale(ctx context.Context, rep *Report, record func(string,
 	addScaleRatios(rep)
 }
 
+// recordBurst records a burst's latencies as name and its throughput as
+// name+MScaleThroughputSuffix (one sample: the burst's per-second rate).
+func recordBurst(record func(string, string, *Stats, error), name string, p ScaleCreatePoint, st *Stats, err error, latDesc, thrDesc string) {
+	var thr *Stats
+	if st != nil && p.PerSecond != nil {
+		t := Summarize("sandboxes/s", []float64{*p.PerSecond})
+		thr = &t
+	}
+	record(name, latDesc, st, err)
+	record(name+MScaleThroughputSuffix, thrDesc, thr, err)
+}
+
 // runscBurst runs n `runsc do true` (as runscDo does), c at a time, each
 // with its own state directory, and summarises them like a create burst.
 func (b *bencher) runscBurst(ctx context.Context, c, n int) (ScaleCreatePoint, *Stats, error) {
@@ -242,7 +245,7 @@ func (b *bencher) runscBurst(ctx context.Context, c, n int) (ScaleCreatePoint, *
 				return
 			}
 			defer RemoveRunscRoot(root)
-			cmd := exec.CommandContext(ctx, b.cfg.Runsc, "--root", root, "--network=none", "--platform=systrap", "do", "true")
+			cmd := exec.CommandContext(ctx, b.cfg.Runsc, runscDoArgs(root)...)
 			start := time.Now()
 			out, err := cmd.CombinedOutput()
 			durs[i] = time.Since(start)
