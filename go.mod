@@ -3,11 +3,13 @@ module github.com/airlock/airlock
 go 1.26.8
 
 require (
+	github.com/creack/pty v1.1.24
 	github.com/google/go-containerregistry v0.22.1
 	github.com/moby/buildkit v0.34.2
 	github.com/vishvananda/netlink v1.3.1
 	github.com/vishvananda/netns v0.0.5
 	golang.org/x/sys v0.50.0
+	golang.org/x/term v0.48.0
 	gonum.org/v1/plot v0.17.0
 )
 

@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+	"golang.org/x/term"
 
 	"github.com/airlock/airlock/internal/bench/egressbench"
 	"github.com/airlock/airlock/internal/cli"
@@ -39,6 +40,7 @@ func run(args []string) int {
 		Stderr:          os.Stderr,
 		Getenv:          os.Getenv,
 		StdinIsTerminal: isTerminal(os.Stdin),
+		Terminal:        stdinTerminal{},
 		Signals:         sigs,
 		BenchEgress:     egressbench.Run,
 		ImportTemplate:  importTemplate,
@@ -49,4 +51,46 @@ func run(args []string) int {
 func isTerminal(f *os.File) bool {
 	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
 	return err == nil
+}
+
+// stdinTerminal is the process's terminal (stdin) for `exec -t` and
+// `shell`, over golang.org/x/term; sizes are read from stdout when it is
+// the terminal (stdin may be redirected from it) and stdin otherwise.
+type stdinTerminal struct{}
+
+func (stdinTerminal) MakeRaw() (func() error, error) {
+	fd := int(os.Stdin.Fd())
+	old, err := term.MakeRaw(fd)
+	if err != nil {
+		return nil, err
+	}
+	return func() error { return term.Restore(fd, old) }, nil
+}
+
+func (stdinTerminal) Size() (int, int, error) {
+	if cols, rows, err := term.GetSize(int(os.Stdout.Fd())); err == nil {
+		return cols, rows, nil
+	}
+	return term.GetSize(int(os.Stdin.Fd()))
+}
+
+func (stdinTerminal) Resized() (<-chan struct{}, func()) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGWINCH)
+	out := make(chan struct{}, 1)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-sig:
+				select {
+				case out <- struct{}{}:
+				default: // one pending change is enough: the size is read when it is handled
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	return out, func() { signal.Stop(sig); close(done) }
 }

@@ -117,6 +117,7 @@ func New(cfg Config) *Agent {
 	m.HandleFunc("POST /processes/{id}/stdin", a.handleStdin)
 	m.HandleFunc("POST /processes/{id}/close-stdin", a.handleCloseStdin)
 	m.HandleFunc("POST /processes/{id}/signal", a.handleSignal)
+	m.HandleFunc("POST /processes/{id}/resize", a.handleResize)
 	m.HandleFunc("GET /files/content", a.handleReadFile)
 	m.HandleFunc("PUT /files/content", a.handleWriteFile)
 	m.HandleFunc("GET /files/stat", a.handleStat)

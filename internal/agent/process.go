@@ -382,6 +382,12 @@ func (a *Agent) startWith(spec agentapi.ProcessSpec, setup func(*process)) (*pro
 	if spec.TimeoutS < 0 {
 		return nil, errorf(errInvalid, "timeout_s must not be negative")
 	}
+	if spec.PTY != nil {
+		if err := spec.PTY.Validate(); err != nil {
+			return nil, errorf(errInvalid, "%v", err)
+		}
+		spec.Stdin = true
+	}
 	userName := spec.User
 	if userName == "" {
 		userName = agentapi.DefaultUser
@@ -409,6 +415,9 @@ func (a *Agent) startWith(spec agentapi.ProcessSpec, setup func(*process)) (*pro
 		}
 		envMap[k] = v
 	}
+	if _, ok := envMap["TERM"]; !ok && spec.PTY != nil {
+		envMap["TERM"] = "xterm-256color"
+	}
 	env := make([]string, 0, len(envMap))
 	for k, v := range envMap {
 		env = append(env, k+"="+v)
@@ -425,6 +434,9 @@ func (a *Agent) startWith(spec agentapi.ProcessSpec, setup func(*process)) (*pro
 	}
 	a.pruneLocked()
 	p := &process{id: spec.ID, argv: spec.Argv, started: time.Now().UTC(), out: newOutputLog(a.cfg.MaxOutput), log: a.log}
+	if spec.PTY != nil {
+		p.ptySize = &Winsize{Rows: uint16(spec.PTY.Rows), Cols: uint16(spec.PTY.Cols)}
+	}
 	setup(p)
 	a.procs[spec.ID] = p
 
@@ -760,7 +772,11 @@ func (a *Agent) handleOutput(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		for _, c := range res.chunks {
-			if err := agentapi.WriteFrame(bw, c.kind, c.data); err != nil {
+			kind := c.kind
+			if kind == OutputPTY {
+				kind = agentapi.FrameStdout // a terminal's output is one stream
+			}
+			if err := agentapi.WriteFrame(bw, kind, c.data); err != nil {
 				return
 			}
 		}
@@ -859,6 +875,29 @@ func (a *Agent) handleSignal(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := p.signal(sig); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// handleResize sets the terminal size of a process started with a PTY.
+func (a *Agent) handleResize(w http.ResponseWriter, r *http.Request) {
+	p, err := a.proc(r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var s agentapi.PTYSize
+	if err := readJSON(r, &s); err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := s.Validate(); err != nil {
+		writeError(w, errorf(errInvalid, "%v", err))
+		return
+	}
+	if err := (&Proc{p: p}).Resize(Winsize{Rows: uint16(s.Rows), Cols: uint16(s.Cols)}); err != nil {
 		writeError(w, err)
 		return
 	}

@@ -22,6 +22,7 @@
 //	                                          (?close=1 closes stdin when the body ends)
 //	POST   /processes/{id}/close-stdin      → 204
 //	POST   /processes/{id}/signal  Signal   → 204
+//	POST   /processes/{id}/resize  PTYSize  → 204 (a process started with PTY)
 //	GET    /files/content?path=P            → raw bytes; headers X-Airlock-Mode (octal), Content-Length
 //	PUT    /files/content?path=P&mode=0644&owner=user  raw body → 200 FileInfo
 //	                                          (parents created, written to a temp file and renamed)
@@ -99,6 +100,27 @@ type ProcessSpec struct {
 	User     string            `json:"user,omitempty"`
 	Stdin    bool              `json:"stdin,omitempty"`     // keep a stdin pipe open; otherwise stdin is /dev/null
 	TimeoutS int               `json:"timeout_s,omitempty"` // SIGKILL after this many seconds; 0: none
+	// PTY runs the process as a session leader on a new pseudo-terminal
+	// of this size: its stdin is the terminal (Stdin is implied), stdout
+	// and stderr are both the terminal and arrive as FrameStdout.
+	PTY *PTYSize `json:"pty,omitempty"`
+}
+
+// PTYSize is a terminal size, the body of POST /processes/{id}/resize.
+type PTYSize struct {
+	Cols int `json:"cols"`
+	Rows int `json:"rows"`
+}
+
+// MaxPTYSide bounds each side of a PTYSize.
+const MaxPTYSide = 1000
+
+// Validate says what is wrong with a terminal size.
+func (s PTYSize) Validate() error {
+	if s.Cols < 1 || s.Cols > MaxPTYSide || s.Rows < 1 || s.Rows > MaxPTYSide {
+		return fmt.Errorf("pty size %dx%d (cols x rows) is out of range; each must be 1 to %d", s.Cols, s.Rows, MaxPTYSide)
+	}
+	return nil
 }
 
 // ProcessInfo describes a process the agent started.
@@ -178,6 +200,7 @@ const (
 	FrameStdin      byte = 16 // payload: bytes for stdin
 	FrameStdinClose byte = 17 // no payload
 	FrameSignal     byte = 18 // payload: JSON Signal
+	FrameResize     byte = 19 // payload: JSON PTYSize (a PTY command)
 )
 
 // MaxFramePayload bounds one frame.

@@ -345,6 +345,11 @@ func (c *Client) Signal(ctx context.Context, id, signal string) error {
 	return c.postJSON(ctx, "/processes/"+url.PathEscape(id)+"/signal", agentapi.Signal{Signal: signal}, nil)
 }
 
+// Resize sets the terminal size of a process started with a PTY.
+func (c *Client) Resize(ctx context.Context, id string, size agentapi.PTYSize) error {
+	return c.postJSON(ctx, "/processes/"+url.PathEscape(id)+"/resize", size, nil)
+}
+
 // ReadFile opens a file's content. The FileInfo carries Path, Size and Mode.
 func (c *Client) ReadFile(ctx context.Context, path string) (io.ReadCloser, agentapi.FileInfo, error) {
 	resp, err := c.do(ctx, http.MethodGet, "/files/content", url.Values{"path": {path}}, nil, -1)

@@ -3,6 +3,7 @@ package agentclient_test
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -655,5 +656,90 @@ func TestOutputRetention(t *testing.T) {
 	r := collect(t, s)
 	if r.errMsg == "" || !strings.Contains(r.errMsg, "earliest retained offset") || r.combined.Len() != 0 {
 		t.Fatalf("offset 0: error %q, %d bytes", r.errMsg, r.combined.Len())
+	}
+}
+
+// TestPTY runs a process on a pseudo-terminal: it sees a terminal of the
+// size asked for (and TERM), a resize reaches it, stdin is the terminal
+// (Ctrl-C, byte 3, interrupts the foreground job through the line
+// discipline), and its output is one stdout stream.
+func TestPTY(t *testing.T) {
+	h := startAgent(t)
+	ctx := testCtx(t)
+	id := newID()
+	script := `test -t 0 && test -t 1 && echo "tty:$TERM"; stty size; read line; stty size; echo "got:$line"; ` +
+		`trap 'echo interrupted; exit 9' INT; echo armed; while :; do sleep 0.1; done`
+	if _, err := h.client.StartProcess(ctx, agentapi.ProcessSpec{ID: id, User: "root", Argv: []string{"/bin/bash", "-c", script},
+		PTY: &agentapi.PTYSize{Cols: 100, Rows: 30}}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := h.client.Output(ctx, id, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var out strings.Builder
+	until := func(want string) {
+		t.Helper()
+		for !strings.Contains(out.String(), want) {
+			kind, payload, err := s.Next()
+			if err != nil {
+				t.Fatalf("waiting for %q in %q: %v", want, out.String(), err)
+			}
+			switch kind {
+			case agentapi.FrameStdout:
+				out.Write(payload)
+			case agentapi.FrameExit:
+				t.Fatalf("exited (%s) before %q; output %q", payload, want, out.String())
+			default:
+				t.Fatalf("frame kind %d on a PTY stream (want only stdout): %q", kind, payload)
+			}
+		}
+	}
+	until("30 100")
+	if !strings.Contains(out.String(), "tty:xterm-256color") {
+		t.Fatalf("no terminal (or TERM) seen: %q", out.String())
+	}
+	if err := h.client.Resize(ctx, id, agentapi.PTYSize{Cols: 132, Rows: 43}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.client.Stdin(ctx, id, strings.NewReader("hello\r"), false); err != nil {
+		t.Fatal(err)
+	}
+	until("43 132")
+	until("got:hello")
+	until("armed")
+	if err := h.client.Stdin(ctx, id, strings.NewReader("\x03"), false); err != nil {
+		t.Fatal(err)
+	}
+	until("interrupted")
+	for {
+		kind, payload, err := s.Next()
+		if err != nil {
+			t.Fatalf("no exit after Ctrl-C: %v; output %q", err, out.String())
+		}
+		if kind == agentapi.FrameExit {
+			var e agentapi.Exit
+			if err := json.Unmarshal(payload, &e); err != nil || e.ExitCode != 9 {
+				t.Fatalf("exit %s (%v), want code 9", payload, err)
+			}
+			break
+		}
+	}
+	// Resizing a process without a terminal, or to a silly size, is refused.
+	plain := newID()
+	if _, err := h.client.StartProcess(ctx, agentapi.ProcessSpec{ID: plain, User: "root", Argv: []string{"sleep", "5"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.client.Resize(ctx, plain, agentapi.PTYSize{Cols: 80, Rows: 24}); !errors.Is(err, model.ErrConflict) {
+		t.Fatalf("resize of a process without a terminal: %v, want conflict", err)
+	}
+	h.client.Signal(ctx, plain, "KILL")
+	if err := h.client.Resize(ctx, id, agentapi.PTYSize{Cols: 0, Rows: 24}); !errors.Is(err, model.ErrInvalid) {
+		t.Fatalf("resize to 0 columns: %v, want invalid", err)
+	}
+	if _, err := h.client.StartProcess(ctx, agentapi.ProcessSpec{ID: newID(), User: "root", Argv: []string{"true"},
+		PTY: &agentapi.PTYSize{Cols: 5000, Rows: 1}}); !errors.Is(err, model.ErrInvalid) {
+		t.Fatalf("start with a 5000-column terminal: %v, want invalid", err)
 	}
 }

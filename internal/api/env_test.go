@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock/airlock/client"
 	"github.com/airlock/airlock/internal/agentapi"
 	"github.com/airlock/airlock/internal/api"
-	"github.com/airlock/airlock/internal/client"
 	"github.com/airlock/airlock/internal/events"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/service"

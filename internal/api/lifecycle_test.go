@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlock/airlock/internal/client"
+	"github.com/airlock/airlock/client"
 	"github.com/airlock/airlock/internal/events"
 	"github.com/airlock/airlock/internal/model"
 )

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock/airlock/client"
 	"github.com/airlock/airlock/internal/api/apitypes"
-	"github.com/airlock/airlock/internal/client"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/service"
 	"github.com/airlock/airlock/internal/store"

@@ -30,8 +30,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock/airlock/client"
 	"github.com/airlock/airlock/internal/api/apitypes"
-	"github.com/airlock/airlock/internal/client"
 	"github.com/airlock/airlock/internal/model"
 )
 

@@ -12,9 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlock/airlock/client"
 	"github.com/airlock/airlock/internal/agentapi"
 	"github.com/airlock/airlock/internal/api/apitypes"
-	"github.com/airlock/airlock/internal/client"
 	"github.com/airlock/airlock/internal/model"
 )
 

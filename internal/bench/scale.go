@@ -23,7 +23,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	prommodel "github.com/prometheus/common/model"
 
-	"github.com/airlock/airlock/internal/client"
+	"github.com/airlock/airlock/client"
 	"github.com/airlock/airlock/internal/model"
 )
 

@@ -13,7 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"gonum.org/v1/plot/plotter"
 
-	"github.com/airlock/airlock/internal/client"
+	"github.com/airlock/airlock/client"
 	"github.com/airlock/airlock/internal/model"
 )
 

@@ -11,9 +11,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/airlock/airlock/client"
 	"github.com/airlock/airlock/internal/api/apitypes"
 	"github.com/airlock/airlock/internal/bench"
-	"github.com/airlock/airlock/internal/client"
 )
 
 var benchCmd = &command{

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/airlock/airlock/internal/client"
+	"github.com/airlock/airlock/client"
 	"github.com/airlock/airlock/internal/dockerfile"
 	"github.com/airlock/airlock/internal/model"
 )

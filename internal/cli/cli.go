@@ -1,6 +1,6 @@
 // Package cli implements the client side of the airlock binary: the
 // `airlock <noun> <verb>` commands that talk only to the Airlock API through
-// internal/client. Each command has its own flag.FlagSet; Main dispatches,
+// client. Each command has its own flag.FlagSet; Main dispatches,
 // prints errors to stderr and maps them to exit codes (ExitError for a
 // failed command, ExitUsage for bad arguments, the remote exit code for exec).
 //
@@ -44,6 +44,9 @@ type Env struct {
 	// exec forwards them to the remote command; every other command stops
 	// (its context is cancelled). Nil means none arrive.
 	Signals <-chan os.Signal
+	// Terminal is the local terminal, for `exec -t` and `shell` (nil:
+	// none; those then refuse, saying so).
+	Terminal Terminal
 	// BenchEgress runs `airlock bench --only egress` (nil: the group is
 	// skipped). cmd/airlock sets it: the gateway is worker code the CLI
 	// does not link.
@@ -51,6 +54,18 @@ type Env struct {
 	// ImportTemplate runs `airlock template import` (nil: unavailable);
 	// cmd/airlock sets it, as BenchEgress.
 	ImportTemplate ImportFunc
+}
+
+// Terminal is the terminal the CLI runs in, for a remote PTY session.
+type Terminal interface {
+	// MakeRaw puts the terminal in raw mode (keys, Ctrl-C included, go to
+	// the remote side as typed); restore undoes it.
+	MakeRaw() (restore func() error, err error)
+	// Size is the terminal's size.
+	Size() (cols, rows int, err error)
+	// Resized receives a value whenever the terminal's size changes
+	// (SIGWINCH), until stop is called.
+	Resized() (c <-chan struct{}, stop func())
 }
 
 func (e *Env) getenv(k string) string {
@@ -82,7 +97,7 @@ var commands = []*command{
 	sandboxPauseCmd, sandboxResumeCmd, sandboxSuspendCmd, sandboxWakeCmd,
 	sandboxCheckpointCmd, sandboxCheckpointsCmd, sandboxRollbackCmd, sandboxForkCmd,
 	sandboxExportCmd, sandboxImportCmd,
-	execCmd, cpCmd,
+	execCmd, shellCmd, cpCmd,
 	opWaitCmd, opGetCmd,
 	templateListCmd, templateGetCmd, templateRemoveCmd, templateImportCmd, templatePullCmd, templateBuildCmd, e2bEnvCmd,
 	orgCreateCmd, orgGetCmd, orgSetCmd, keyCreateCmd, keyListCmd, keyRemoveCmd,

@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/airlock/airlock/internal/client"
+	"github.com/airlock/airlock/client"
 )
 
 // Location is one side of a copy: a local path ("-" for stdin/stdout) or a

@@ -16,20 +16,23 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock/airlock/client"
 	"github.com/airlock/airlock/internal/agentapi"
-	"github.com/airlock/airlock/internal/client"
 	"github.com/airlock/airlock/internal/model"
 )
 
 var execCmd = &command{
 	name:       "exec",
-	args:       "[-d] [-i] [--env K=V]... [--cwd DIR] [--user U] [--timeout S] <sandbox-id> [-- <command> [args...]]",
+	args:       "[-d] [-i] [-t] [--env K=V]... [--cwd DIR] [--user U] [--timeout S] <sandbox-id> [-- <command> [args...]]",
 	summary:    "run a command in a sandbox, streaming its output; exits with its exit status",
 	ownSignals: true,
 	rawArgs:    true,
 	setup: func(fs *flag.FlagSet) func(context.Context, *runner, []string) error {
 		detach := fs.Bool("d", false, "detach: start the command, print its id and return (it keeps running)")
 		interactive := fs.Bool("i", false, "forward stdin even when it is a terminal")
+		tty := fs.Bool("t", false, "run the command on a pseudo-terminal: the local terminal goes raw, keys (Ctrl-C too) and window resizes reach the command")
+		it := fs.Bool("it", false, "-i and -t together")
+		ti := fs.Bool("ti", false, "-i and -t together")
 		env := kvFlag{}
 		fs.Var(env, "env", "environment variable `K=V` (repeatable)")
 		cwd := fs.String("cwd", "", "working `directory` (default: the user's home)")
@@ -40,15 +43,24 @@ var execCmd = &command{
 				return usagef("exec", "want a sandbox id and a command, e.g. airlock exec sb-… -- ls -l (without a command: the template's Entrypoint and Cmd)")
 			}
 			id, argv := args[0], args[1:]
-			c, err := r.client()
-			if err != nil {
-				return err
+			if *it || *ti {
+				*interactive, *tty = true, true
 			}
 			// Stdin is forwarded when asked for, or when it is a pipe or a
 			// file; a terminal is left alone unless -i (the command would
 			// otherwise wait for input nobody means to type).
 			sendStdin := !*detach && (*interactive || !r.env.StdinIsTerminal)
 			req := client.CreateCommandRequest{Argv: argv, Env: env, Cwd: *cwd, User: *user, Stdin: sendStdin, TimeoutS: *timeout}
+			if *tty {
+				if *detach {
+					return usagef("exec", "-d and -t do not go together: a detached command has no terminal to talk to")
+				}
+				return runTerminal(ctx, r, "exec", id, req)
+			}
+			c, err := r.client()
+			if err != nil {
+				return err
+			}
 			cmd, err := c.CreateCommand(ctx, id, req)
 			if err != nil {
 				return fmt.Errorf("create command in %s: %w", id, err)
@@ -60,13 +72,73 @@ var execCmd = &command{
 			if sendStdin {
 				stdin = r.env.Stdin
 			}
-			exit, err := attach(ctx, r, cmd.AttachURL, cmd.Token, stdin)
+			exit, err := attach(ctx, r, cmd.AttachURL, cmd.Token, stdin, nil)
 			if err != nil {
 				return fmt.Errorf("command %s: %w", cmd.ID, err)
 			}
 			return exitStatus(r.stderr, exit)
 		}
 	},
+}
+
+// loginShell runs the user's login shell: bash when the sandbox has it,
+// sh otherwise.
+var loginShell = []string{"/bin/sh", "-c", "if command -v bash >/dev/null 2>&1; then exec bash -l; else exec sh -l; fi"}
+
+var shellCmd = &command{
+	name:       "shell",
+	args:       "[--env K=V]... [--cwd DIR] [--user U] <sandbox-id>",
+	summary:    "an interactive login shell in a sandbox (= airlock exec -it <sandbox-id> -- bash -l)",
+	ownSignals: true,
+	setup: func(fs *flag.FlagSet) func(context.Context, *runner, []string) error {
+		env := kvFlag{}
+		fs.Var(env, "env", "environment variable `K=V` (repeatable)")
+		cwd := fs.String("cwd", "", "working `directory` (default: the user's home)")
+		user := fs.String("user", "", "log in as this `user` (default: user)")
+		return func(ctx context.Context, r *runner, args []string) error {
+			if len(args) != 1 {
+				return usagef("shell", "want one sandbox id, e.g. airlock shell sb-…")
+			}
+			return runTerminal(ctx, r, "shell", args[0], client.CreateCommandRequest{Argv: loginShell, Env: env, Cwd: *cwd, User: *user})
+		}
+	},
+}
+
+// runTerminal runs req on a pseudo-terminal the size of the local one,
+// with the local terminal in raw mode until the command exits: every key
+// (Ctrl-C and Ctrl-D included) goes to the remote terminal, and window
+// size changes follow. It exits with the command's status.
+func runTerminal(ctx context.Context, r *runner, name, id string, req client.CreateCommandRequest) error {
+	term := r.env.Terminal
+	if term == nil || !r.env.StdinIsTerminal {
+		return usagef(name, "stdin is not a terminal, and a pseudo-terminal session needs one; run it from a terminal, or drop -t (airlock exec -i passes piped input)")
+	}
+	cols, rows, err := term.Size()
+	if err != nil || cols <= 0 || rows <= 0 {
+		cols, rows = 80, 24
+	}
+	req.PTY = &client.PTYSize{Cols: cols, Rows: rows}
+	req.Stdin = true
+	c, err := r.client()
+	if err != nil {
+		return err
+	}
+	cmd, err := c.CreateCommand(ctx, id, req)
+	if err != nil {
+		return fmt.Errorf("create command in %s: %w", id, err)
+	}
+	restore, err := term.MakeRaw()
+	if err != nil {
+		return fmt.Errorf("put the terminal in raw mode: %w", err)
+	}
+	exit, err := attach(ctx, r, cmd.AttachURL, cmd.Token, r.env.Stdin, term)
+	if rerr := restore(); rerr != nil && err == nil {
+		err = fmt.Errorf("restore the terminal: %w", rerr)
+	}
+	if err != nil {
+		return fmt.Errorf("command %s: %w", cmd.ID, err)
+	}
+	return exitStatus(r.stderr, exit)
 }
 
 // startDetached attaches just long enough for the command to start (the
@@ -104,12 +176,32 @@ func startDetached(ctx context.Context, r *runner, cmd client.Command) error {
 // stdin (when not nil) and forwards interrupts, until the command exits. A
 // dropped connection is re-attached from the output offset reached, so no
 // output is lost or repeated.
-func attach(ctx context.Context, r *runner, url, tok string, stdin io.Reader) (agentapi.Exit, error) {
+func attach(ctx context.Context, r *runner, url, tok string, stdin io.Reader, term Terminal) (agentapi.Exit, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	cur := &currentSession{changed: make(chan struct{})}
 	if stdin != nil {
 		go copyStdin(ctx, stdin, cur)
+	}
+	if term != nil {
+		resized, stop := term.Resized()
+		defer stop()
+		go func() {
+			for {
+				select {
+				case <-resized:
+					cols, rows, err := term.Size()
+					if err != nil || cols <= 0 || rows <= 0 {
+						continue
+					}
+					if !cur.do(ctx, func(s *client.CommandSession) error { return s.Resize(cols, rows) }) {
+						return
+					}
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
 	}
 	if r.env.Signals != nil {
 		go func() {

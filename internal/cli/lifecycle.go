@@ -10,8 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/airlock/airlock/client"
 	"github.com/airlock/airlock/internal/api/apitypes"
-	"github.com/airlock/airlock/internal/client"
 	"github.com/airlock/airlock/internal/model"
 )
 

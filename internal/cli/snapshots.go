@@ -11,8 +11,8 @@ import (
 	"sync"
 	"text/tabwriter"
 
+	"github.com/airlock/airlock/client"
 	"github.com/airlock/airlock/internal/api/apitypes"
-	"github.com/airlock/airlock/internal/client"
 	"github.com/airlock/airlock/internal/model"
 )
 

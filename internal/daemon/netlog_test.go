@@ -18,7 +18,7 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/airlock/airlock/internal/client"
+	"github.com/airlock/airlock/client"
 	"github.com/airlock/airlock/internal/egress"
 	"github.com/airlock/airlock/internal/events"
 	"github.com/airlock/airlock/internal/model"

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlock/airlock/client"
 	"github.com/airlock/airlock/internal/api/apitypes"
-	"github.com/airlock/airlock/internal/client"
 	"github.com/airlock/airlock/internal/egress/egresstest"
 	"github.com/airlock/airlock/internal/model"
 )

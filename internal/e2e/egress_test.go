@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock/airlock/internal/client"
+	"github.com/airlock/airlock/client"
 	"github.com/airlock/airlock/internal/egress/egresstest"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/network"

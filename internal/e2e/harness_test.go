@@ -18,8 +18,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/airlock/airlock/client"
 	"github.com/airlock/airlock/internal/agentapi"
-	"github.com/airlock/airlock/internal/client"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/testenv"
 )

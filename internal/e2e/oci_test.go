@@ -14,7 +14,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/airlock/airlock/internal/client"
+	"github.com/airlock/airlock/client"
 	"github.com/airlock/airlock/internal/image"
 	"github.com/airlock/airlock/internal/image/oci/ocitest"
 	"github.com/airlock/airlock/internal/model"

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock/airlock/internal/client"
+	"github.com/airlock/airlock/client"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/worker"
 )

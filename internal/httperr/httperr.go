@@ -1,7 +1,7 @@
 // Package httperr is the one place model errors become HTTP answers and
 // HTTP answers become model errors again, for every internal HTTP surface:
 // the worker API (internal/workerapi: server → worker), the worker's data
-// plane (internal/worker → internal/client and internal/service), and the
+// plane (internal/worker → client and internal/service), and the
 // agent API as the host reads it (internal/agentclient). A sentinel sent
 // across any of them comes back as the same sentinel (errors.Is), with its
 // message.

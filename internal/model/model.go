@@ -553,6 +553,13 @@ type CommandSpec struct {
 	User       string            `json:"user,omitempty"`
 	Stdin      bool              `json:"stdin,omitempty"`
 	TimeoutS   int               `json:"timeout_s,omitempty"`
+	PTY        *PTYSize          `json:"pty,omitempty"`
+}
+
+// PTYSize is the terminal size of a command run on a pseudo-terminal.
+type PTYSize struct {
+	Cols int `json:"cols"`
+	Rows int `json:"rows"`
 }
 
 // Pool is the configuration of one warm pool: Size running sandboxes of the

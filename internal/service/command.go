@@ -129,6 +129,12 @@ func (s *Service) CreateCommand(ctx context.Context, p Principal, sandboxID stri
 	if strings.ContainsRune(req.Cwd, 0) || strings.ContainsRune(req.User, 0) {
 		return CommandSession{}, model.Errorf(model.ErrUnprocessable, "cwd and user must not contain NUL")
 	}
+	pty := req.PTY
+	if pty != nil {
+		if err := (agentapi.PTYSize{Cols: pty.Cols, Rows: pty.Rows}).Validate(); err != nil {
+			return CommandSession{}, model.Errorf(model.ErrUnprocessable, "%v", err)
+		}
+	}
 	sb, w, err := s.runningSandbox(ctx, p, sandboxID, "commands", true)
 	if err != nil {
 		return CommandSession{}, err
@@ -149,7 +155,8 @@ func (s *Service) CreateCommand(ctx context.Context, p Principal, sandboxID stri
 	// claimed from a warm pool (the claim sets its env).
 	spec := model.CommandSpec{
 		ID: model.NewID("cmd"), SandboxID: sb.ID, Argv: argv, Env: req.Env, Cwd: req.Cwd,
-		User: req.User, Stdin: req.Stdin, TimeoutS: req.TimeoutS, SandboxEnv: model.EnvDigest(sb.Env),
+		User: req.User, Stdin: req.Stdin || pty != nil, TimeoutS: req.TimeoutS, SandboxEnv: model.EnvDigest(sb.Env),
+		PTY: pty,
 	}
 	if enc, err := json.Marshal(spec); err != nil {
 		return CommandSession{}, fmt.Errorf("encode command: %w", err)

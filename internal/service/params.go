@@ -78,6 +78,7 @@ type CommandParams struct {
 	User     string
 	Stdin    bool
 	TimeoutS int
+	PTY      *model.PTYSize // run on a pseudo-terminal of this size
 }
 
 // CommandSession is a prepared command: open a WebSocket to AttachURL with

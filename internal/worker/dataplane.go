@@ -29,7 +29,8 @@ package worker
 // ProcessInfo) on every attach, then the output from the combined offset N
 // (FrameStdout, FrameStderr), then FrameExit (JSON Exit) and a normal
 // close; FrameError (JSON {"message"}) ends the stream on failure. The
-// client sends FrameStdin, FrameStdinClose and FrameSignal (JSON Signal).
+// client sends FrameStdin, FrameStdinClose, FrameSignal (JSON Signal) and
+// FrameResize (JSON PTYSize, for a PTY command).
 // The first attach starts the process; a dropped attachment leaves it
 // running. An attach of a command that already ran but whose record the
 // agent dropped (after MaxFinished newer ones, or a rollback to a
@@ -538,9 +539,13 @@ func startProcess(ctx context.Context, ac *agentclient.Client, c model.CommandSp
 	for k, v := range c.Env {
 		env[k] = v
 	}
-	info, err := ac.StartProcess(ctx, agentapi.ProcessSpec{
+	spec := agentapi.ProcessSpec{
 		ID: c.ID, Argv: c.Argv, Env: env, Cwd: c.Cwd, User: c.User, Stdin: c.Stdin, TimeoutS: c.TimeoutS,
-	})
+	}
+	if c.PTY != nil {
+		spec.PTY = &agentapi.PTYSize{Cols: c.PTY.Cols, Rows: c.PTY.Rows}
+	}
+	info, err := ac.StartProcess(ctx, spec)
 	if errors.Is(err, model.ErrConflict) { // a re-attach, or a concurrent first attach won
 		info, err = ac.GetProcess(ctx, c.ID)
 	}
@@ -693,6 +698,15 @@ func (w *Worker) pumpInput(ctx context.Context, conn *websocket.Conn, ac *agentc
 			}
 			if err := ac.Signal(ctx, cid, s.Signal); err != nil {
 				log.Debug("signal", "signal", s.Signal, "err", err)
+			}
+		case agentapi.FrameResize:
+			var sz agentapi.PTYSize
+			if err := json.Unmarshal(msg[1:], &sz); err != nil {
+				log.Debug("bad resize frame", "err", err)
+				continue
+			}
+			if err := ac.Resize(ctx, cid, sz); err != nil {
+				log.Debug("resize", "cols", sz.Cols, "rows", sz.Rows, "err", err)
 			}
 		}
 	}

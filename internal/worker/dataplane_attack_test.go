@@ -11,9 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlock/airlock/client"
 	"github.com/airlock/airlock/internal/agentapi"
 	"github.com/airlock/airlock/internal/agentclient"
-	"github.com/airlock/airlock/internal/client"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/token"
 	"github.com/airlock/airlock/internal/workerapi"

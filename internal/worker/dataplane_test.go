@@ -17,8 +17,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/airlock/airlock/client"
 	"github.com/airlock/airlock/internal/agentapi"
-	"github.com/airlock/airlock/internal/client"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/testenv"
 	"github.com/airlock/airlock/internal/token"

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"testing"
 
-	"github.com/airlock/airlock/internal/client"
+	"github.com/airlock/airlock/client"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/token"
 	"github.com/airlock/airlock/internal/workerapi"

@@ -20,8 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock/airlock/client"
 	"github.com/airlock/airlock/internal/agentapi"
-	"github.com/airlock/airlock/internal/client"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/runtime"
 	"github.com/airlock/airlock/internal/runtime/gvisor"

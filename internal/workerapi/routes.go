@@ -22,7 +22,7 @@ func SyncPath(id string) string { return "/internal/v1/workers/" + url.PathEscap
 func WakePath(id string) string { return "/internal/v1/workers/" + url.PathEscape(id) + "/wake" }
 
 // The worker's data plane (served by internal/worker, called by the
-// server's service and E2B proxy and by internal/client). Every call
+// server's service and E2B proxy and by client). Every call
 // carries a data-plane token the server signed (internal/token).
 const (
 	// HeaderDataPlaneToken carries the envd-scope token of a request on
@@ -35,7 +35,7 @@ const (
 	// DataPlaneSandbox is the pattern of a sandbox's data-plane root.
 	DataPlaneSandbox = "/v1/sandboxes/{sid}"
 	// Routes of the data plane the server calls (the file API's routes
-	// are internal/worker's, called by internal/client under FilesPath).
+	// are internal/worker's, called by client under FilesPath).
 	RouteListCommands  = "GET " + DataPlaneSandbox + "/commands"
 	RouteAttach        = "GET " + DataPlaneSandbox + "/commands/{cid}/attach"
 	RouteExport        = "GET " + DataPlaneSandbox + "/snapshots/{snap}/export"

@@ -1,7 +1,7 @@
 // Package apitypes holds the wire shapes of the native REST API (/v1) that
 // are not model records: request bodies, response envelopes and the error
 // body. The server (internal/api, internal/service) and the Go client
-// (internal/client) share them, so the two cannot disagree on JSON names.
+// (client) share them, so the two cannot disagree on JSON names.
 // It imports only internal/model and internal/agentapi.
 package apitypes
 
@@ -157,6 +157,10 @@ type CreateCommandRequest struct {
 	User     string            `json:"user,omitempty"`
 	Stdin    bool              `json:"stdin,omitempty"`
 	TimeoutS int               `json:"timeout_s,omitempty"`
+	// PTY runs the command on a pseudo-terminal of this size: stdin is
+	// implied, the terminal's output arrives as stdout frames, and resize
+	// frames (agentapi.FrameResize) change the size.
+	PTY *model.PTYSize `json:"pty,omitempty"`
 }
 
 // CommandSession is the 201 body of POST /v1/sandboxes/{id}/commands: open a

@@ -1,8 +1,25 @@
-// Package client is the Go client of Airlock's native API: client.go speaks
-// the REST + SSE control plane (/v1), dataplane.go the workers' data plane
-// (command attach, files). The CLI, `airlock bench` and end-to-end tests use
-// it. It shares wire types with the server through internal/api/apitypes and
-// internal/model, and imports nothing of the server's implementation.
+// Package client is Airlock's Go SDK: the client of the native API that the
+// airlock CLI, `airlock bench` and the end-to-end tests use, importable by
+// any Go program (go get github.com/airlock/airlock/client). client.go
+// speaks the REST + SSE control plane (/v1), dataplane.go the workers' data
+// plane (command attach with stdin, signals and terminal resizes; files).
+//
+// Every type in its signatures is named here (types.go: aliases of the
+// wire types the server encodes, so the two cannot disagree), and so are
+// the states, operation kinds and the errors answers match with errors.Is
+// (client.ErrNotFound, client.ErrConflict, …): a program outside the
+// module needs nothing from internal/, which TestPublicSurfaceNeedsNoInternal
+// checks.
+//
+// A sandbox, a command and a file:
+//
+//	c := client.New(os.Getenv("AIRLOCK_URL"), os.Getenv("AIRLOCK_API_KEY"))
+//	sb, op, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Template: "base"}, "")
+//	_, err = c.WaitOperation(ctx, op.ID)
+//	cmd, err := c.CreateCommand(ctx, sb.ID, client.CreateCommandRequest{Cmd: "echo hi"})
+//	exit, err := client.RunCommand(ctx, cmd.AttachURL, cmd.Token, nil, os.Stdout, os.Stderr)
+//
+// See the package's examples and docs/sdk-go.md.
 package client
 
 import (

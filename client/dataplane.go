@@ -126,6 +126,15 @@ func (s *CommandSession) Signal(name string) error {
 	return nil
 }
 
+// Resize sets the terminal size of a command created with a PTY.
+func (s *CommandSession) Resize(cols, rows int) error {
+	b, _ := json.Marshal(PTYSize{Cols: cols, Rows: rows})
+	if err := s.send(agentapi.FrameResize, b); err != nil {
+		return fmt.Errorf("resize: %w", err)
+	}
+	return nil
+}
+
 // Close detaches; the command keeps running.
 func (s *CommandSession) Close() error {
 	_ = s.conn.Close(websocket.StatusNormalClosure, "")
