@@ -37,6 +37,11 @@ type Options struct {
 	// MaxStreamsPerKey caps the SSE event streams one API key holds open
 	// at once (0: DefaultMaxStreamsPerKey); one more gets 429.
 	MaxStreamsPerKey int
+	// Observe, when set, is called after every request to a route with its
+	// method, route pattern (e.g. "/v1/sandboxes/{id}"), answer status and
+	// duration (the daemon's Prometheus metrics). An event stream is
+	// observed when it ends.
+	Observe func(method, route string, status int, d time.Duration)
 }
 
 type server struct {
@@ -44,6 +49,7 @@ type server struct {
 	log       *slog.Logger
 	keepAlive time.Duration
 	streams   streamCounter
+	observe   func(method, route string, status int, d time.Duration)
 }
 
 // route is one endpoint. auth=false routes are public.
@@ -111,7 +117,7 @@ var routes = []route{
 
 // New returns the handler of the native API.
 func New(svc *service.Service, opts Options) http.Handler {
-	s := &server{svc: svc, log: opts.Logger, keepAlive: opts.KeepAlive, streams: streamCounter{max: opts.MaxStreamsPerKey}}
+	s := &server{svc: svc, log: opts.Logger, keepAlive: opts.KeepAlive, streams: streamCounter{max: opts.MaxStreamsPerKey}, observe: opts.Observe}
 	if s.streams.max <= 0 {
 		s.streams.max = DefaultMaxStreamsPerKey
 	}
@@ -131,6 +137,12 @@ func New(svc *service.Service, opts Options) http.Handler {
 // wrap authenticates (for auth routes) and writes the handler's error.
 func (s *server) wrap(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.observe != nil {
+			sw := &statusWriter{ResponseWriter: w}
+			t0 := time.Now()
+			defer func() { s.observe(rt.method, rt.path, sw.code(), time.Since(t0)) }()
+			w = sw
+		}
 		var p service.Principal
 		if rt.auth {
 			var err error
@@ -319,4 +331,34 @@ func (s *server) openapi(w http.ResponseWriter, r *http.Request, _ service.Princ
 	w.Header().Set("Content-Type", "application/json")
 	w.Write(apidoc.OpenAPI)
 	return nil
+}
+
+// statusWriter records the status a handler answers; Unwrap keeps
+// http.ResponseController (flushes, deadlines) reaching the real writer.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *statusWriter) code() int {
+	if w.status == 0 {
+		return http.StatusOK
+	}
+	return w.status
 }

@@ -89,15 +89,26 @@ type Controller struct {
 	net     netLimiter // network.denied events (netdenied.go)
 	// order drops Syncs that arrive after their successors.
 	order workerapi.SyncOrder
-	// onRound receives the duration of every full round Run makes and
-	// the sandboxes it covered (ObserveRounds; nil: none).
-	onRound atomic.Pointer[func(time.Duration, int)]
+	// onRound receives every full round Run makes (ObserveRounds; nil:
+	// none).
+	onRound atomic.Pointer[func(RoundStats)]
 }
 
-// ObserveRounds has f called after every full reconcile round of Run with
-// its duration and the number of sandboxes the round listed (the daemon's
-// Prometheus metrics). It replaces any earlier f.
-func (c *Controller) ObserveRounds(f func(d time.Duration, sandboxes int)) { c.onRound.Store(&f) }
+// RoundStats describes one full reconcile round.
+type RoundStats struct {
+	Duration  time.Duration
+	Sandboxes int                        // the sandboxes the round listed (every one not deleted)
+	ByState   map[model.SandboxState]int // those, by state
+	// OpenOperations is the number of operations not yet done; OldestOpen
+	// the age of the oldest (0: none), how far reconciling lags behind
+	// what clients asked for.
+	OpenOperations int
+	OldestOpen     time.Duration
+}
+
+// ObserveRounds has f called after every full reconcile round of Run (the
+// daemon's Prometheus metrics). It replaces any earlier f.
+func (c *Controller) ObserveRounds(f func(RoundStats)) { c.onRound.Store(&f) }
 
 // New returns a controller; call Run to start reconciling and Handler to
 // serve workers.
@@ -155,12 +166,13 @@ func (c *Controller) Run(ctx context.Context) error {
 	for {
 		changed := c.ev.Changed() // taken before the round so no wake-up is missed
 		t0 := time.Now()
-		n, err := c.reconcileAll(ctx)
+		rs, err := c.reconcileAll(ctx)
 		if err != nil && ctx.Err() == nil {
 			c.log.Warn("controller: reconcile round", "err", err)
 		}
 		if f := c.onRound.Load(); f != nil && ctx.Err() == nil {
-			(*f)(time.Since(t0), n)
+			rs.Duration = time.Since(t0)
+			(*f)(rs)
 		}
 		if c.now().Sub(lastGC) >= TemplateGCInterval {
 			lastGC = c.now()

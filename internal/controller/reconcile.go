@@ -72,15 +72,23 @@ func (c *Controller) ReconcileAll(ctx context.Context) error {
 }
 
 // reconcileAll is ReconcileAll; n is the number of sandboxes it listed.
-func (c *Controller) reconcileAll(ctx context.Context) (n int, err error) {
+func (c *Controller) reconcileAll(ctx context.Context) (rs RoundStats, err error) {
 	r, sbs, err := c.newRound(ctx)
 	if err != nil {
-		return 0, err
+		return rs, err
 	}
-	n = len(sbs)
+	rs.Sandboxes = len(sbs)
+	rs.ByState = make(map[model.SandboxState]int)
+	for _, sb := range sbs {
+		rs.ByState[sb.State]++
+	}
 	ops, err := c.st.ListOperations(ctx, store.OperationFilter{Open: true})
 	if err != nil {
-		return n, fmt.Errorf("controller: list open operations: %w", err)
+		return rs, fmt.Errorf("controller: list open operations: %w", err)
+	}
+	rs.OpenOperations = len(ops)
+	for _, op := range ops {
+		rs.OldestOpen = max(rs.OldestOpen, r.now.Sub(op.CreatedAt))
 	}
 	openBySandbox := make(map[string][]model.Operation)
 	for _, op := range ops {
@@ -105,7 +113,7 @@ func (c *Controller) reconcileAll(ctx context.Context) (n int, err error) {
 	var errs []error
 	for _, id := range ids {
 		if ctx.Err() != nil {
-			return n, ctx.Err()
+			return rs, ctx.Err()
 		}
 		if err := c.reconcile(ctx, r, id); err != nil && !errors.Is(err, model.ErrConflict) {
 			errs = append(errs, err)
@@ -113,7 +121,7 @@ func (c *Controller) reconcileAll(ctx context.Context) (n int, err error) {
 	}
 	for _, sb := range sbs {
 		if ctx.Err() != nil {
-			return n, ctx.Err()
+			return rs, ctx.Err()
 		}
 		d := idleFor(sb, r.now)
 		if len(openBySandbox[sb.ID]) > 0 || d == 0 {
@@ -130,7 +138,7 @@ func (c *Controller) reconcileAll(ctx context.Context) (n int, err error) {
 	if err := c.reconcilePools(ctx, sbs); err != nil { // warm pools (pool.go)
 		errs = append(errs, err)
 	}
-	return n, errors.Join(errs...)
+	return rs, errors.Join(errs...)
 }
 
 // Reconcile reconciles one sandbox by ID until it needs nothing more (or

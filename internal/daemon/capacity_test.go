@@ -27,7 +27,7 @@ func TestMeasuredMemoryOnFakeStack(t *testing.T) {
 		c.FreeMiB = func() (int, bool) { return int(free.Load()), true }
 	})
 	m := newMetrics()
-	m.watchController(s.srv.ctrl)
+	m.watchServer(s.srv)
 	addr, err := serveMetrics(t.Context(), "127.0.0.1:0", m, newLogger("error"))
 	if err != nil {
 		t.Fatal(err)

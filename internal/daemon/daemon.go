@@ -208,7 +208,7 @@ func up(ctx context.Context, args []string) error {
 	if wo.metrics, err = startMetrics(ctx, *metricsAddr, log); err != nil {
 		return err
 	}
-	wo.metrics.watchController(srv.ctrl)
+	wo.metrics.watchServer(srv)
 	wo.httpClient = workerHTTP
 	w, err := newWorker(ctx, wo)
 	if err != nil {
@@ -303,7 +303,7 @@ func serverCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	m.watchController(srv.ctrl)
+	m.watchServer(srv)
 	if err := ensureAdminKey(ctx, srv.svc, *dataDir, progressWriter{}); err != nil {
 		return err
 	}
@@ -425,6 +425,9 @@ type server struct {
 	h     http.Handler
 	log   *slog.Logger
 	local atomic.Pointer[localWorker]
+	// observeAPI receives every native API request once metrics are on
+	// (watchServer).
+	observeAPI atomic.Pointer[func(method, route string, status int, d time.Duration)]
 }
 
 // newServer builds the server's parts over st; tune, if set, adjusts the
@@ -455,7 +458,12 @@ func newServer(ctx context.Context, st store.Store, workerToken string, deadline
 		Logger: log.With("component", "e2b"), SigningKey: ctrl.SigningKey,
 		LocalWorker: srv.localWorker,
 	})
-	native := api.New(svc, api.Options{Logger: log.With("component", "api")})
+	native := api.New(svc, api.Options{Logger: log.With("component", "api"),
+		Observe: func(method, route string, status int, d time.Duration) {
+			if f := srv.observeAPI.Load(); f != nil {
+				(*f)(method, route, status, d)
+			}
+		}})
 	mux := http.NewServeMux()
 	mux.Handle("/internal/", ctrl.Handler())
 	mux.Handle("/v1/", native)
@@ -611,7 +619,7 @@ func newWorker(ctx context.Context, o workerOptions) (*worker.Worker, error) {
 		}
 	}
 	w, err := worker.New(worker.Config{
-		Network: netCfg, Gateway: gw, NetLog: netLog,
+		Network: netCfg, Gateway: gw, NetLog: netLog, Observer: o.metrics.workerObserver(),
 		ID: id, ServerURL: o.serverURL, WorkerToken: o.token, SecretFile: filepath.Join(o.dataDir, "worker.secret"), HTTPClient: o.httpClient,
 		DataPlaneListener: ln, DataPlaneURL: adv, Driver: drivers, Snapshots: snaps, TemplateImages: o.templateImages,
 		Templates: func() ([]model.Template, error) { return image.ListTemplates(o.dataDir) },

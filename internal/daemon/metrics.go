@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +19,7 @@ import (
 	"github.com/airlock/airlock/internal/controller"
 	"github.com/airlock/airlock/internal/httplimit"
 	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/worker"
 )
 
 // Metrics (--metrics-addr ADDR of `airlock worker` and `airlock up`, off
@@ -29,7 +32,7 @@ import (
 
 // addMetricsFlag adds --metrics-addr to fs.
 func addMetricsFlag(fs *flag.FlagSet) *string {
-	return fs.String("metrics-addr", "", "serve Prometheus metrics at http://`ADDR`/metrics, a listener of its own without authentication (egress decisions by kind, decision and reason; the controller's reconcile rounds; Go and process statistics); off when empty")
+	return fs.String("metrics-addr", "", "serve Prometheus metrics at http://`ADDR`/metrics, a listener of its own without authentication (server: API requests, operations, sandboxes by state, pool claims, reconcile rounds and lag; worker: snapshots, data-plane bytes, egress decisions; Go and process statistics; see docs/operations.md); off when empty")
 }
 
 // metrics is the daemon's Prometheus registry.
@@ -95,11 +98,17 @@ func serveMetrics(ctx context.Context, addr string, m *metrics, log *slog.Logger
 	return ln.Addr().String(), nil
 }
 
-// watchController exports ctrl's reconcile rounds: a histogram of their
-// durations, and gauges of the last one's duration and sandboxes (what
-// `airlock bench --only scale` reads to plot reconcile time against the
-// sandbox count). A nil m does nothing.
-func (m *metrics) watchController(ctrl *controller.Controller) {
+// watchServer exports the server's families (a nil m does nothing):
+//
+//   - the controller's reconcile rounds: a histogram of their durations,
+//     gauges of the last one's duration and sandboxes (what `airlock bench
+//     --only scale` reads to plot reconcile time against the sandbox
+//     count), sandboxes by state, open operations and the age of the
+//     oldest (the reconcile lag);
+//   - operations by kind and result, timed from created to done;
+//   - warm-pool claims, hits and misses;
+//   - native API requests by method, route and status, and their latency.
+func (m *metrics) watchServer(srv *server) {
 	if m == nil {
 		return
 	}
@@ -116,12 +125,142 @@ func (m *metrics) watchController(ctrl *controller.Controller) {
 		Name: "airlock_controller_reconcile_sandboxes",
 		Help: "Sandboxes the controller's last full reconcile round listed.",
 	})
-	m.reg.MustRegister(hist, last, count)
-	ctrl.ObserveRounds(func(d time.Duration, n int) {
-		hist.Observe(d.Seconds())
-		last.Set(d.Seconds())
-		count.Set(float64(n))
+	byState := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "airlock_sandboxes",
+		Help: "Sandboxes (not deleted) by state, as of the controller's last reconcile round.",
+	}, []string{"state"})
+	open := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "airlock_operations_open",
+		Help: "Lifecycle operations not yet done, as of the last reconcile round.",
 	})
+	lag := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "airlock_reconcile_lag_seconds",
+		Help: "Age of the oldest open operation at the last reconcile round: how far the installation lags behind what clients asked for (0: none open).",
+	})
+	ops := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "airlock_operation_duration_seconds",
+		Help:    "Lifecycle operations from accepted to done, by kind (create, pause, suspend, wake, …) and result (succeeded, failed, cancelled); _count counts them.",
+		Buckets: prometheus.ExponentialBuckets(0.01, 2, 16), // 10 ms .. 5.5 min
+	}, []string{"kind", "result"})
+	pool := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "airlock_pool_claims_total",
+		Help: "Creates a warm pool matched, by result: hit (a running member handed over) or miss (none ready; the sandbox boots).",
+	}, []string{"result"})
+	reqs := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "airlock_api_requests_total",
+		Help: "Native API requests by method, route pattern and status.",
+	}, []string{"method", "route", "status"})
+	reqTime := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "airlock_api_request_duration_seconds",
+		Help:    "Native API request latency by method and route pattern (event streams and long polls included, as long as they stay open).",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18), // 0.5 ms .. 65 s
+	}, []string{"method", "route"})
+	m.reg.MustRegister(hist, last, count, byState, open, lag, ops, pool, reqs, reqTime)
+	for _, st := range model.SandboxStates {
+		byState.WithLabelValues(string(st))
+	}
+	pool.WithLabelValues("hit")
+	pool.WithLabelValues("miss")
+	srv.ctrl.ObserveRounds(func(rs controller.RoundStats) {
+		hist.Observe(rs.Duration.Seconds())
+		last.Set(rs.Duration.Seconds())
+		count.Set(float64(rs.Sandboxes))
+		for _, st := range model.SandboxStates {
+			byState.WithLabelValues(string(st)).Set(float64(rs.ByState[st]))
+		}
+		open.Set(float64(rs.OpenOperations))
+		lag.Set(rs.OldestOpen.Seconds())
+	})
+	var seen opSeen
+	srv.cfg.Events.ObserveOperations(func(op model.Operation) {
+		if op.State.Done() && seen.first(op.ID) {
+			ops.WithLabelValues(string(op.Kind), string(op.State)).Observe(max(0, op.UpdatedAt.Sub(op.CreatedAt).Seconds()))
+		}
+	})
+	srv.svc.ObservePoolClaims(func(hit bool) {
+		if hit {
+			pool.WithLabelValues("hit").Inc()
+		} else {
+			pool.WithLabelValues("miss").Inc()
+		}
+	})
+	f := func(method, route string, status int, d time.Duration) {
+		reqs.WithLabelValues(method, route, strconv.Itoa(status)).Inc()
+		reqTime.WithLabelValues(method, route).Observe(d.Seconds())
+	}
+	srv.observeAPI.Store(&f)
+}
+
+// opSeen remembers the operations already timed, so an operation whose
+// final state is recorded twice counts once. It forgets everything past
+// a bound (an operation's final state is recorded within moments).
+type opSeen struct {
+	mu  sync.Mutex
+	ids map[string]struct{}
+}
+
+func (s *opSeen) first(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.ids[id]; ok {
+		return false
+	}
+	if s.ids == nil || len(s.ids) >= 4096 {
+		s.ids = make(map[string]struct{})
+	}
+	s.ids[id] = struct{}{}
+	return true
+}
+
+// workerObserver returns the worker's Observer over m's families of
+// snapshots and data-plane bytes (nil for a nil m: no --metrics-addr).
+func (m *metrics) workerObserver() worker.Observer {
+	if m == nil {
+		return nil
+	}
+	o := &workerMetrics{
+		snapBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_snapshot_bytes_total",
+			Help: "Bytes of the snapshots the worker wrote, by kind (suspend, checkpoint).",
+		}, []string{"kind"}),
+		snapTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "airlock_snapshot_duration_seconds",
+			Help:    "Snapshots written (kind suspend, checkpoint) and restored (kind restore, a wake) by the worker, by result (ok, error).",
+			Buckets: prometheus.ExponentialBuckets(0.05, 2, 14), // 50 ms .. 7 min
+		}, []string{"kind", "result"}),
+		dataPlane: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_dataplane_bytes_total",
+			Help: "Bytes the worker's data plane moved, by kind (command, file) and direction (out: command output and file reads to clients; in: stdin and file writes).",
+		}, []string{"kind", "direction"}),
+	}
+	m.reg.MustRegister(o.snapBytes, o.snapTime, o.dataPlane)
+	for _, k := range []string{"command", "file"} {
+		o.dataPlane.WithLabelValues(k, "in")
+		o.dataPlane.WithLabelValues(k, "out")
+	}
+	return o
+}
+
+type workerMetrics struct {
+	snapBytes *prometheus.CounterVec
+	snapTime  *prometheus.HistogramVec
+	dataPlane *prometheus.CounterVec
+}
+
+func (o *workerMetrics) Snapshot(kind string, bytes int64, d time.Duration, err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	} else if bytes > 0 {
+		o.snapBytes.WithLabelValues(kind).Add(float64(bytes))
+	}
+	o.snapTime.WithLabelValues(kind, result).Observe(d.Seconds())
+}
+
+func (o *workerMetrics) DataPlane(kind, direction string, bytes int64) {
+	if bytes > 0 {
+		o.dataPlane.WithLabelValues(kind, direction).Add(float64(bytes))
+	}
 }
 
 // startMetrics makes the registry and serves it on addr; nil and no

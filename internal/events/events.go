@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock/airlock/internal/model"
@@ -39,7 +40,13 @@ type Log struct {
 	// streams, not the controller, long polls or workers' syncs).
 	streams notify.Broadcaster
 	feed    feed // the one fan-out to SSE streams (Subscribe)
+	onOp    atomic.Pointer[func(model.Operation)]
 }
+
+// ObserveOperations has f called with every operation state this Log
+// records (after it is stored): the daemon's Prometheus metrics time
+// operations from them. It replaces any earlier f.
+func (l *Log) ObserveOperations(f func(model.Operation)) { l.onOp.Store(&f) }
 
 // New returns a Log over st.
 func New(st store.Store) *Log { return &Log{Store: st} }
@@ -85,7 +92,11 @@ func (l *Log) Sandbox(ctx context.Context, sb model.Sandbox) error {
 
 // Operation records op's current state.
 func (l *Log) Operation(ctx context.Context, op model.Operation) error {
-	return l.append(ctx, model.Event{OrgID: op.OrgID, SandboxID: op.SandboxID, OperationID: op.ID, Type: TypeOperation}, op, true)
+	err := l.append(ctx, model.Event{OrgID: op.OrgID, SandboxID: op.SandboxID, OperationID: op.ID, Type: TypeOperation}, op, true)
+	if f := l.onOp.Load(); f != nil && err == nil {
+		(*f)(op)
+	}
+	return err
 }
 
 // NetworkDenied records an egress denial of sandbox sandboxID of org orgID.

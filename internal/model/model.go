@@ -82,6 +82,10 @@ const (
 	StateFailed     SandboxState = "failed"     // see Reason; can only be deleted
 )
 
+// SandboxStates lists every state, in lifecycle order.
+var SandboxStates = []SandboxState{StatePending, StateStarting, StateRunning, StatePaused, StateSuspending,
+	StateSuspended, StateWaking, StateDeleting, StateDeleted, StateFailed}
+
 // Terminal reports whether no further transition except deletion can happen.
 func (s SandboxState) Terminal() bool { return s == StateDeleted || s == StateFailed }
 

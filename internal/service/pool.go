@@ -206,6 +206,12 @@ func (s *Service) claim(ctx context.Context, want model.Sandbox, idempotencyKey 
 	if err != nil {
 		return model.Sandbox{}, model.Operation{}, false, err
 	}
+	hit := false
+	defer func() {
+		if f := s.onPoolClaim.Load(); f != nil {
+			(*f)(hit)
+		}
+	}()
 	for _, m := range members {
 		if m.Pool != want.TemplateDigest || m.State != model.StateRunning || m.DesiredState != model.StateRunning ||
 			fullResources(m.Resources) != fullResources(want.Resources) || m.Runtime != want.Runtime || m.WorkerID == "" {
@@ -230,11 +236,18 @@ func (s *Service) claim(ctx context.Context, want model.Sandbox, idempotencyKey 
 		}
 		if existed {
 			got, gotOp = s.current(ctx, got, gotOp)
+			hit = true
 			return got, gotOp, true, nil
 		}
 		s.publish(ctx, &got, &gotOp)
 		s.kick() // the controller refills the pool
+		hit = true
 		return got, gotOp, true, nil
 	}
 	return model.Sandbox{}, model.Operation{}, false, nil
 }
+
+// ObservePoolClaims has f called for every create that a warm pool
+// matches: hit when a running member was handed over, a miss when none was
+// ready and the sandbox boots (the daemon's Prometheus metrics).
+func (s *Service) ObservePoolClaims(f func(hit bool)) { s.onPoolClaim.Store(&f) }

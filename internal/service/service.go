@@ -21,6 +21,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock/airlock/internal/events"
@@ -92,6 +93,8 @@ type Service struct {
 	cfg Config
 	st  store.Store
 	ev  *events.Log
+
+	onPoolClaim atomic.Pointer[func(hit bool)] // ObservePoolClaims
 
 	limiter limiter
 	// Quotas (quota.go).

@@ -246,7 +246,9 @@ func (w *Worker) handleRead(rw http.ResponseWriter, r *http.Request, ac *agentcl
 	defer copyBufs.Put(bp)
 	// Hide ReaderFrom/WriterTo so the large buffer is used (the response's
 	// ReadFrom would copy in 32 KiB pieces).
-	if _, err := io.CopyBuffer(struct{ io.Writer }{rw}, struct{ io.Reader }{f}, *bp); err != nil {
+	n, err := io.CopyBuffer(struct{ io.Writer }{rw}, struct{ io.Reader }{f}, *bp)
+	w.observer().DataPlane("file", "out", n)
+	if err != nil {
 		w.log.Debug("stream file", "path", p, "err", err)
 	}
 	return nil
@@ -258,7 +260,9 @@ func (w *Worker) handleWrite(rw http.ResponseWriter, r *http.Request, ac *agentc
 		return err
 	}
 	q := r.URL.Query()
-	fi, err := ac.WriteFile(r.Context(), p, q.Get("mode"), q.Get("owner"), fillReader{r.Body})
+	body := &countReader{r: r.Body}
+	fi, err := ac.WriteFile(r.Context(), p, q.Get("mode"), q.Get("owner"), fillReader{body})
+	w.observer().DataPlane("file", "in", body.n)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", p, err)
 	}
@@ -615,6 +619,9 @@ func (w *Worker) attach(ctx context.Context, conn *websocket.Conn, ac *agentclie
 		if err := writeFrame(ctx, conn, kind, payload); err != nil {
 			return
 		}
+		if kind == agentapi.FrameStdout || kind == agentapi.FrameStderr {
+			w.observer().DataPlane("command", "out", int64(len(payload)))
+		}
 		if kind == agentapi.FrameExit || kind == agentapi.FrameError {
 			conn.Close(websocket.StatusNormalClosure, "")
 			cancel() // unblocks a stdin write the process never read
@@ -670,6 +677,7 @@ func (w *Worker) pumpInput(ctx context.Context, conn *websocket.Conn, ac *agentc
 		}
 		switch msg[0] {
 		case agentapi.FrameStdin:
+			w.observer().DataPlane("command", "in", int64(len(msg)-1))
 			if pw == nil {
 				pr, npw := io.Pipe()
 				pw, stdinErr = npw, make(chan error, 1)
@@ -724,4 +732,16 @@ func sendError(ctx context.Context, conn *websocket.Conn, err error) {
 	if writeFrame(ctx, conn, agentapi.FrameError, b) == nil {
 		conn.Close(websocket.StatusNormalClosure, "")
 	}
+}
+
+// countReader counts the bytes read through it.
+type countReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }

@@ -152,7 +152,9 @@ func (w *Worker) suspend(ctx context.Context, sb *sandbox, snap runtime.Snapshot
 // not) into a snapshot filed under storeID in the store and commits it with
 // meta (suspends, checkpoints, template images). On failure nothing of it
 // is left in the store.
-func (w *Worker) writeSnapshot(ctx context.Context, snap runtime.Snapshotter, storeID, id string, leaveRunning bool, meta snapshot.Meta) (snapshot.Manifest, error) {
+func (w *Worker) writeSnapshot(ctx context.Context, snap runtime.Snapshotter, storeID, id string, leaveRunning bool, meta snapshot.Meta) (m snapshot.Manifest, err error) {
+	start := time.Now()
+	defer func() { w.observer().Snapshot(string(meta.Kind), m.Bytes, time.Since(start), err) }()
 	p, err := w.cfg.Snapshots.Begin(storeID)
 	if err != nil {
 		return snapshot.Manifest{}, fmt.Errorf("begin snapshot: %w", err)
@@ -177,7 +179,7 @@ func (w *Worker) writeSnapshot(ctx context.Context, snap runtime.Snapshotter, st
 			w.log.Warn("mark snapshot complete", "sandbox", id, "err", err)
 		}
 	}
-	m, err := p.Commit(meta)
+	m, err = p.Commit(meta)
 	if err != nil {
 		return snapshot.Manifest{}, errors.Join(fmt.Errorf("commit snapshot: %w", err), abort(p))
 	}
@@ -313,6 +315,7 @@ func (w *Worker) startWake(ctx context.Context, sb *sandbox) {
 func (w *Worker) wake(ctx context.Context, sb *sandbox, s workerapi.SandboxSpec, snapID string) {
 	t0 := time.Now()
 	h, ac, unusable, err := w.restore(ctx, s, snapID)
+	w.observer().Snapshot("restore", 0, time.Since(t0), err)
 	if err == nil {
 		// The guest runs on: the snapshot it came from goes before anyone
 		// sees it running (see the invariant above); its files are removed

@@ -123,6 +123,36 @@ type Config struct {
 	// the gateway's events); the worker serves it on the data plane and
 	// sends its denials up in each Sync (netlog.go). nil: an empty one.
 	NetLog *NetLog
+	// Observer receives the worker's measurements: snapshots written and
+	// restored, data-plane bytes (the daemon's Prometheus metrics). nil:
+	// none.
+	Observer Observer
+}
+
+// Observer receives a worker's measurements. Its methods are called inline
+// and must not block.
+type Observer interface {
+	// Snapshot reports a snapshot written (kind "suspend", "checkpoint", …)
+	// or restored (kind "restore"): its bytes (written ones) and duration;
+	// err is nil when it succeeded.
+	Snapshot(kind string, bytes int64, d time.Duration, err error)
+	// DataPlane reports bytes moved by the data plane: direction "out" to
+	// clients (command output, file reads) or "in" from them (stdin, file
+	// writes), for kind "command" or "file".
+	DataPlane(kind, direction string, bytes int64)
+}
+
+// noObserver is the Observer of a worker configured without one.
+type noObserver struct{}
+
+func (noObserver) Snapshot(string, int64, time.Duration, error) {}
+func (noObserver) DataPlane(string, string, int64)              {}
+
+func (w *Worker) observer() Observer {
+	if w.cfg.Observer == nil {
+		return noObserver{}
+	}
+	return w.cfg.Observer
 }
 
 // Gateway is the worker's egress gateway (internal/egress).
