@@ -199,12 +199,19 @@ func (p *Proc) Resize(ws Winsize) error {
 	if p.p.ptySize == nil {
 		return errorf(errConflict, "process %d has no terminal", p.p.pid)
 	}
-	p.p.stdinMu.Lock()
-	defer p.p.stdinMu.Unlock()
-	if p.p.stdin == nil {
+	p.p.mu.Lock()
+	f, finished := p.p.ptyOut, p.p.finished
+	p.p.mu.Unlock()
+	if f == nil || finished {
 		return errorf(errConflict, "process %d has finished", p.p.pid)
 	}
-	return setWinsize(p.p.stdin, ws)
+	if err := setWinsize(f, ws); err != nil {
+		if errors.Is(err, os.ErrClosed) {
+			return errorf(errConflict, "process %d has finished", p.p.pid)
+		}
+		return err
+	}
+	return nil
 }
 
 func setWinsize(f *os.File, ws Winsize) error {
@@ -288,6 +295,7 @@ func (a *Agent) launchPTY(p *process, spec agentapi.ProcessSpec, u user, path st
 	p.pid = pid
 	p.openPipes = 1
 	p.stdin = master
+	p.ptyOut = reader
 	p.mu.Unlock()
 	ok = true
 	go p.drain(reader, OutputPTY)

@@ -134,7 +134,11 @@ type process struct {
 	env     map[string]string // the caller's environment, as asked
 	cwd     string
 	ptySize *Winsize // non-nil: the process runs on a terminal; stdin is its master
-	forget  func()   // called once the process has finished
+	// ptyOut is the terminal master's duplicate that output is drained
+	// from (under mu); resizes go through it, not through stdin, whose
+	// lock a streaming stdin write holds for as long as it streams.
+	ptyOut *os.File
+	forget func() // called once the process has finished
 
 	pipes []uint64 // inodes of the output pipes (none on a terminal); see tree.go
 

@@ -700,19 +700,31 @@ func TestPTY(t *testing.T) {
 	if !strings.Contains(out.String(), "tty:xterm-256color") {
 		t.Fatalf("no terminal (or TERM) seen: %q", out.String())
 	}
+	// Stdin as the worker streams it: one request open for the session.
+	// A resize must not wait for it.
+	pr, pw := io.Pipe()
+	stdinDone := make(chan error, 1)
+	go func() { stdinDone <- h.client.Stdin(ctx, id, pr, false) }()
+	if _, err := pw.Write([]byte("x")); err != nil { // the stream is open and delivering
+		t.Fatal(err)
+	}
 	if err := h.client.Resize(ctx, id, agentapi.PTYSize{Cols: 132, Rows: 43}); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.client.Stdin(ctx, id, strings.NewReader("hello\r"), false); err != nil {
+	if _, err := pw.Write([]byte("hello\r")); err != nil {
 		t.Fatal(err)
 	}
 	until("43 132")
-	until("got:hello")
+	until("got:xhello")
 	until("armed")
-	if err := h.client.Stdin(ctx, id, strings.NewReader("\x03"), false); err != nil {
+	if _, err := pw.Write([]byte("\x03")); err != nil {
 		t.Fatal(err)
 	}
 	until("interrupted")
+	pw.Close()
+	if err := <-stdinDone; err != nil {
+		t.Fatalf("streamed stdin: %v", err)
+	}
 	for {
 		kind, payload, err := s.Next()
 		if err != nil {

@@ -48,8 +48,9 @@ func TestConformanceGo(t *testing.T) {
 }
 
 type scenario struct {
-	Version int            `json:"version"`
-	Steps   []scenarioStep `json:"steps"`
+	Version     int            `json:"version"`
+	Description string         `json:"description"`
+	Steps       []scenarioStep `json:"steps"`
 }
 
 type scenarioStep struct {
