@@ -95,6 +95,8 @@ export interface OutputEvent {
   text: string;
 }
 
+type PumpResult = { exit?: CommandExit; fatal?: unknown; progressed: boolean; reason?: string };
+
 type Queued = { kind: 'event'; ev: OutputEvent } | { kind: 'end' } | { kind: 'error'; err: unknown };
 
 function frame(kind: number, payload?: Uint8Array): Buffer {
@@ -258,16 +260,16 @@ export class CommandHandle implements AsyncIterable<OutputEvent> {
     try {
       for (;;) {
         if (this.#detached) throw new AirlockError({ status: 0, code: 'detached', message: `detached from command ${this.id}` });
-        let ws: WebSocket;
+        const att = this.#attach();
         try {
-          ws = await this.#attach();
+          await att.opened;
         } catch (err) {
           if (this.#detached || !retryable(err) || failures >= ATTACH_RETRIES) throw err;
           failures++;
           await sleep(failures * 200);
           continue;
         }
-        const r = await this.#pump(ws);
+        const r = await att.result;
         if (r.exit) {
           const res: CommandResult = { ...r.exit, stdout: this.#stdout.join('') + this.#dec.stdout.decode(), stderr: this.#stderr.join('') + this.#dec.stderr.decode() };
           this.#done = true;
@@ -292,20 +294,28 @@ export class CommandHandle implements AsyncIterable<OutputEvent> {
     }
   }
 
-  /** Opens one attachment from the current offset. */
-  #attach(): Promise<WebSocket> {
+  /**
+   * Opens one attachment from the current offset. `opened` settles when the
+   * WebSocket opens (or fails to); `result` when the attachment ends. The
+   * frame listener is installed before the socket opens: frames that came
+   * with the upgrade answer are emitted right after 'open'.
+   */
+  #attach(): { opened: Promise<void>; result: Promise<PumpResult> } {
     const u = new URL(this.#session.attach_url);
     u.searchParams.set('offset', String(this.#offset));
-    return new Promise((resolve, reject) => {
-      const ws = new WebSocket(u, {
-        headers: { Authorization: `Bearer ${this.#session.token}` },
-        maxPayload: MAX_FRAME_PAYLOAD + 1,
-        perMessageDeflate: false,
-      });
+    const ws = new WebSocket(u, {
+      headers: { Authorization: `Bearer ${this.#session.token}` },
+      maxPayload: MAX_FRAME_PAYLOAD + 1,
+      perMessageDeflate: false,
+    });
+    const result = this.#pump(ws);
+    result.catch(() => {});
+    const opened = new Promise<void>((resolve, reject) => {
       let settled = false;
       ws.once('open', () => {
         settled = true;
-        resolve(ws);
+        this.#setWs(ws);
+        resolve();
       });
       ws.once('unexpected-response', (_req, res) => {
         const chunks: Buffer[] = [];
@@ -331,11 +341,11 @@ export class CommandHandle implements AsyncIterable<OutputEvent> {
         }
       });
     });
+    return { opened, result };
   }
 
   /** Reads frames until the exit, an error frame, or a broken connection. */
-  #pump(ws: WebSocket): Promise<{ exit?: CommandExit; fatal?: unknown; progressed: boolean; reason?: string }> {
-    this.#setWs(ws);
+  #pump(ws: WebSocket): Promise<PumpResult> {
     return new Promise((resolve) => {
       let progressed = false;
       let exit: CommandExit | undefined;
