@@ -183,6 +183,33 @@ test('events: the iterator sees a state change', { timeout: 5 * 60_000 }, async 
   assert.equal(sb.state, 'running');
 });
 
+test('a command outlives a suspend: the stream re-attaches from its offset (close 1013)', { timeout: 5 * 60_000 }, async (t) => {
+  if (skip(t)) return;
+  const h = await sb.commands.start('for i in $(seq 1 12); do echo line$i; sleep 0.5; done');
+  const it = h[Symbol.asyncIterator]();
+  let out = '';
+  while (!out.includes('line3\n')) {
+    const n = await it.next();
+    assert.ok(!n.done);
+    out += n.value.text;
+  }
+  const t0 = Date.now();
+  await sb.suspend();
+  t.diagnostic(`suspended in ${Date.now() - t0} ms; the handle re-attaches (and so wakes the sandbox)`);
+  for (;;) {
+    const n = await it.next();
+    if (n.done) break;
+    out += n.value.text;
+  }
+  const r = await h.wait();
+  assert.equal(r.exitCode, 0);
+  const want = Array.from({ length: 12 }, (_, i) => `line${i + 1}\n`).join('');
+  assert.equal(r.stdout, want, 'no output lost or repeated');
+  assert.equal(out, want);
+  await sb.refresh();
+  if (sb.state !== 'running') await sb.wake();
+});
+
 test('typed errors', async (t) => {
   if (skip(t)) return;
   const bad = new sdk.Airlock({ url: ctx.url, apiKey: 'al_' + '0'.repeat(40) });
@@ -195,4 +222,43 @@ test('typed errors', async (t) => {
   await assert.rejects(down.sandboxes.get('sb-x'), sdk.UnavailableError);
   // The checkpoint feature gate is off by default: forbidden.
   await assert.rejects(sb.checkpoint('cp1'), (e) => e instanceof sdk.ForbiddenError && /snapshots/.test(e.message));
+});
+
+test('checkpoints: checkpoint, rollback, fork, export and import', { timeout: 8 * 60_000 }, async (t) => {
+  if (skip(t)) return;
+  const c = ctx.client;
+  // The feature gate is off by default (the typed-errors test saw a 403); the admin key turns it on.
+  await c.request('/v1/orgs/org-default', { method: 'PATCH', json: { features: ['snapshots'] } });
+  const forks = [];
+  try {
+    const name = `cp-${run}`;
+    await sb.files.write('/home/user/cp.txt', 'before');
+    const cp = await sb.checkpoint(name);
+    assert.equal(cp.name, name);
+    assert.ok(cp.bytes > 0);
+    assert.deepEqual((await sb.checkpoints()).map((x) => x.name), [name]);
+    await assert.rejects(sb.checkpoint(name), sdk.ConflictError);
+    await sb.files.write('/home/user/cp.txt', 'after');
+    await sb.rollback(name);
+    assert.equal(sb.state, 'running');
+    assert.equal(await sb.files.read('/home/user/cp.txt'), 'before');
+    await assert.rejects(sb.rollback('no-such-checkpoint'), sdk.NotFoundError);
+
+    const [f] = await sb.fork(name, { metadata: { fork: run } });
+    forks.push(f);
+    assert.equal(f.state, 'running');
+    assert.notEqual(f.id, sb.id);
+    assert.equal(await f.files.read('/home/user/cp.txt'), 'before');
+
+    const tar = new Uint8Array(await new Response(await sb.exportCheckpoint(name)).arrayBuffer());
+    t.diagnostic(`export: ${tar.length} bytes`);
+    assert.ok(tar.length > 1024);
+    const imp = await c.sandboxes.import(tar, { metadata: { imported: run } });
+    forks.push(imp);
+    assert.equal(imp.state, 'running');
+    assert.equal((await imp.commands.run('cat /home/user/cp.txt')).stdout, 'before');
+  } finally {
+    for (const f of forks) await f.delete().catch(() => {});
+    await c.request('/v1/orgs/org-default', { method: 'PATCH', json: { features: [] } }).catch(() => {});
+  }
 });
