@@ -257,6 +257,7 @@ export class CommandHandle implements AsyncIterable<OutputEvent> {
 
   async #run(): Promise<CommandResult> {
     let failures = 0;
+    let reattach = false;
     try {
       for (;;) {
         if (this.#detached) throw new AirlockError({ status: 0, code: 'detached', message: `detached from command ${this.id}` });
@@ -264,11 +265,15 @@ export class CommandHandle implements AsyncIterable<OutputEvent> {
         try {
           await att.opened;
         } catch (err) {
-          if (this.#detached || !retryable(err) || failures >= ATTACH_RETRIES) throw err;
+          // A re-attach can meet the lifecycle operation that cut the stream
+          // (a suspend still in progress): that 409 says to wait and retry.
+          const busy = reattach && err instanceof ConflictError && /in progress/.test(err.message);
+          if (this.#detached || !(busy || retryable(err)) || failures >= ATTACH_RETRIES) throw err;
           failures++;
-          await sleep(failures * 200);
+          await sleep(failures * (busy ? 500 : 200));
           continue;
         }
+        reattach = true;
         const r = await att.result;
         if (r.exit) {
           const res: CommandResult = { ...r.exit, stdout: this.#stdout.join('') + this.#dec.stdout.decode(), stderr: this.#stderr.join('') + this.#dec.stderr.decode() };
