@@ -230,12 +230,17 @@ export class Airlock {
    * reason) when it failed or was cancelled.
    */
   async waitOperation(id: string, opts: { signal?: AbortSignal } = {}): Promise<Operation> {
+    let unreachable = 0;
     for (;;) {
       let op: Operation;
       try {
         op = await this.request<Operation>(`/v1/operations/${encodeURIComponent(id)}`, { query: { wait: '30s' }, signal: opts.signal });
+        unreachable = 0;
       } catch (err) {
-        if (err instanceof RateLimitedError || (err instanceof UnavailableError)) {
+        // 429 and 503 are retried after Retry-After (at least 1 s); a server
+        // that does not answer at all, 10 times in a row, ends the wait.
+        const noAnswer = err instanceof UnavailableError && err.status === 0;
+        if ((err instanceof RateLimitedError || err instanceof UnavailableError) && !(noAnswer && ++unreachable > 10)) {
           await sleep(Math.max((err.retryAfter ?? 0) * 1000, 1000), opts.signal);
           continue;
         }

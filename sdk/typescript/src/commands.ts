@@ -131,6 +131,7 @@ export class CommandHandle implements AsyncIterable<OutputEvent> {
   #session: CommandSession;
   #opts: CommandOptions;
   #ws: WebSocket | undefined;
+  #connecting: WebSocket | undefined;
   #wsWaiters: Array<() => void> = [];
   #offset = 0;
   #done = false;
@@ -199,6 +200,7 @@ export class CommandHandle implements AsyncIterable<OutputEvent> {
   detach(): void {
     this.#detached = true;
     this.#ws?.terminate();
+    this.#connecting?.terminate();
   }
 
   /** The output as it comes; the iteration ends at the exit (and throws if the stream is lost). */
@@ -313,6 +315,7 @@ export class CommandHandle implements AsyncIterable<OutputEvent> {
       maxPayload: MAX_FRAME_PAYLOAD + 1,
       perMessageDeflate: false,
     });
+    this.#connecting = ws;
     const result = this.#pump(ws);
     result.catch(() => {});
     const opened = new Promise<void>((resolve, reject) => {
