@@ -151,6 +151,11 @@ test('files: bytes, streams, list, exists', async (t) => {
   assert.equal(text, 'streamed text');
   const names = (await sb.files.list(dir)).map((e) => `${e.name}:${e.type}`);
   assert.deepEqual(names, ['bin.dat:file', 's.txt:file']);
+  const p1 = await sb.files.listPage(dir, { limit: 1 });
+  assert.deepEqual(p1.entries.map((e) => e.name), ['bin.dat']);
+  assert.ok(p1.nextCursor);
+  const p2 = await sb.files.listPage(dir, { limit: 1, cursor: p1.nextCursor });
+  assert.deepEqual(p2.entries.map((e) => e.name), ['s.txt']);
   assert.equal(await sb.files.exists(`${dir}/nope`), false);
   await sb.files.remove(dir, { recursive: true });
   assert.equal(await sb.files.exists(dir), false);
@@ -244,7 +249,7 @@ test('checkpoints: checkpoint, rollback, fork, export and import', { timeout: 8 
     assert.equal(await sb.files.read('/home/user/cp.txt'), 'before');
     await assert.rejects(sb.rollback('no-such-checkpoint'), sdk.NotFoundError);
 
-    const [f] = await sb.fork(name, { metadata: { fork: run } });
+    const [f] = await sb.fork(name, { metadata: { family: run } });
     forks.push(f);
     assert.equal(f.state, 'running');
     assert.notEqual(f.id, sb.id);
@@ -253,10 +258,18 @@ test('checkpoints: checkpoint, rollback, fork, export and import', { timeout: 8 
     const tar = new Uint8Array(await new Response(await sb.exportCheckpoint(name)).arrayBuffer());
     t.diagnostic(`export: ${tar.length} bytes`);
     assert.ok(tar.length > 1024);
-    const imp = await c.sandboxes.import(tar, { metadata: { imported: run } });
+    const imp = await c.sandboxes.import(tar, { metadata: { family: run } });
     forks.push(imp);
     assert.equal(imp.state, 'running');
     assert.equal((await imp.commands.run('cat /home/user/cp.txt')).stdout, 'before');
+
+    // list follows every page: two sandboxes, one per page.
+    const first = await c.sandboxes.listPage({ metadata: { family: run }, limit: 1 });
+    assert.equal(first.sandboxes.length, 1);
+    assert.ok(first.nextCursor, 'a first page of 1 of 2 has a next cursor');
+    const ids = [];
+    for await (const x of c.sandboxes.list({ metadata: { family: run }, limit: 1 })) ids.push(x.id);
+    assert.deepEqual(ids.sort(), [f.id, imp.id].sort());
   } finally {
     for (const f of forks) await f.delete().catch(() => {});
     await c.request('/v1/orgs/org-default', { method: 'PATCH', json: { features: [] } }).catch(() => {});
