@@ -2,6 +2,7 @@
 // typed errors, against the real Airlock.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { createServer, connect } from 'node:net';
 import { useAirlock, runId, sdk } from './helpers.mjs';
 
 const ctx = await useAirlock();
@@ -213,6 +214,58 @@ test('a command outlives a suspend: the stream re-attaches from its offset (clos
   assert.equal(out, want);
   await sb.refresh();
   if (sb.state !== 'running') await sb.wake();
+});
+
+test('a dropped attach connection is re-attached from the output offset', { timeout: 2 * 60_000 }, async (t) => {
+  if (skip(t)) return;
+  // A TCP relay in front of the worker's data plane cuts the first
+  // connection once "line3" went through; the handle must re-attach with
+  // ?offset=N and lose or repeat nothing.
+  const session = await ctx.client.request(`/v1/sandboxes/${sb.id}/commands`, {
+    method: 'POST',
+    json: { cmd: 'for i in $(seq 1 8); do echo line$i; sleep 0.3; done' },
+  });
+  const target = new URL(session.attach_url);
+  const paths = [];
+  let conns = 0;
+  const relay = createServer((down) => {
+    const first = conns++ === 0;
+    const up = connect(Number(target.port), target.hostname);
+    let seen = '';
+    down.on('data', (b) => {
+      const m = /GET (\S+)/.exec(b.toString('latin1'));
+      if (m) paths.push(m[1]);
+      up.write(b);
+    });
+    up.on('data', (b) => {
+      down.write(b);
+      seen += b.toString('latin1');
+      if (first && seen.includes('line3')) {
+        up.destroy();
+        down.destroy();
+      }
+    });
+    up.on('error', () => down.destroy());
+    down.on('error', () => up.destroy());
+    up.on('close', () => down.destroy());
+    down.on('close', () => up.destroy());
+  });
+  await new Promise((r) => relay.listen(0, '127.0.0.1', r));
+  try {
+    const via = new URL(session.attach_url);
+    via.hostname = '127.0.0.1';
+    via.port = String(relay.address().port);
+    const h = new sdk.CommandHandle({ ...session, attach_url: via.toString() }, {});
+    const r = await h.wait();
+    assert.equal(r.exitCode, 0);
+    assert.equal(r.stdout, Array.from({ length: 8 }, (_, i) => `line${i + 1}\n`).join(''));
+    assert.ok(conns >= 2, `the relay saw ${conns} connection(s)`);
+    assert.match(paths[0], /offset=0/);
+    assert.match(paths[1], /offset=([1-9]\d*)/, `re-attached at ${paths[1]}`);
+    t.diagnostic(`attaches: ${paths.map((p) => new URL(p, 'http://x').searchParams.get('offset')).join(', ')}`);
+  } finally {
+    relay.close();
+  }
 });
 
 test('typed errors', async (t) => {
