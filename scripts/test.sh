@@ -59,7 +59,12 @@ go test -p 1 -count=1 -timeout 60m "$@" ./...
 # The code interpreter's server (templates/code-interpreter), on the host with
 # the template's Debian packages and the real e2b-code-interpreter SDK, and
 # every fuzz target for a bounded time (scripts/fuzz.sh), on full runs only.
+# The SDKs' own suites (sdk/*/test.sh: each installs its pinned packages and
+# starts an `airlock up` of bin/airlock over the test cache's runsc) run the
+# shared conformance scenario and their own tests, on full runs.
 if [ $# -eq 0 ]; then
+  export AIRLOCK_TEST_CACHE=$cache
+  ./sdk/typescript/test.sh
   ./templates/code-interpreter/server/test.sh
   ./scripts/fuzz.sh
 fi
