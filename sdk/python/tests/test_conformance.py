@@ -3,17 +3,21 @@ with the sync client and again with the async client."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import uuid
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
 import airlock
 
-SCENARIO = Path(__file__).resolve().parents[2] / "conformance" / "scenario.json"
+# AIRLOCK_CONFORMANCE_SCENARIO runs another scenario file (to try a change to it).
+SCENARIO = Path(os.environ.get("AIRLOCK_CONFORMANCE_SCENARIO")
+                or Path(__file__).resolve().parents[2] / "conformance" / "scenario.json")
 
 ERROR_CLASSES = {
     "not_found": airlock.NotFound,
@@ -87,6 +91,23 @@ def validate(step: Dict[str, Any]) -> Tuple[Dict[str, Any], Optional[str]]:
     return expect, err
 
 
+@contextlib.contextmanager
+def step_context(step: Dict[str, Any]) -> Iterator[None]:
+    """Fail naming the step, whatever went wrong in it."""
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001
+        pytest.fail(f"step {step['name']!r} ({step['do']}) failed: {type(e).__name__}: {e}", pytrace=True)
+
+
+def expect_error(step: Dict[str, Any], err: str, fn: Any) -> None:
+    try:
+        fn()
+    except ERROR_CLASSES[err]:
+        return
+    raise AssertionError(f"succeeded; want the error {err!r}")
+
+
 def run_result(r: airlock.CommandResult) -> Dict[str, Any]:
     return {"exit_code": r.exit_code, "stdout": r.stdout, "stderr": r.stderr, "timed_out": r.timed_out}
 
@@ -148,11 +169,11 @@ def test_conformance_sync(client: airlock.Airlock) -> None:
         for step in load_steps():
             expect, err = validate(step)
             a = sub(step.get("args") or {})
-            if err is not None:
-                with pytest.raises(ERROR_CLASSES[err]):
-                    do_step(step["do"], a)
-                continue
-            check(step, sub(expect), do_step(step["do"], a))
+            with step_context(step):
+                if err is not None:
+                    expect_error(step, err, lambda: do_step(step["do"], a))
+                    continue
+                check(step, sub(expect), do_step(step["do"], a))
     finally:
         if current is not None:
             try:
@@ -211,11 +232,14 @@ async def test_conformance_async(airlock_env: Tuple[str, str]) -> None:
             for step in load_steps():
                 expect, err = validate(step)
                 a = sub(step.get("args") or {})
-                if err is not None:
-                    with pytest.raises(ERROR_CLASSES[err]):
-                        await do_step(step["do"], a)
-                    continue
-                check(step, sub(expect), await do_step(step["do"], a))
+                with step_context(step):
+                    if err is not None:
+                        try:
+                            await do_step(step["do"], a)
+                        except ERROR_CLASSES[err]:
+                            continue
+                        raise AssertionError(f"succeeded; want the error {err!r}")
+                    check(step, sub(expect), await do_step(step["do"], a))
         finally:
             if current is not None:
                 try:

@@ -347,6 +347,17 @@ def _ws_error(e: BaseException) -> AirlockError:
     return Unavailable(f"attach: {e}")
 
 
+def _ws_open(url: str, token: str) -> ClientConnection:
+    kw: Dict[str, Any] = dict(additional_headers={"Authorization": f"Bearer {token}"},
+                              max_size=_api.MAX_FRAME_PAYLOAD + 1024, open_timeout=30,
+                              ping_interval=20, ping_timeout=60)
+    try:
+        # websockets >= 17 wants legacy=True to return the connection directly
+        return ws_connect(url, legacy=True, **kw)  # type: ignore[call-overload]
+    except TypeError:
+        return ws_connect(url, **kw)
+
+
 class CommandHandle:
     """A command started with :meth:`Commands.start`.
 
@@ -390,10 +401,7 @@ class CommandHandle:
     def _attach(self) -> ClientConnection:
         while True:
             try:
-                ws = ws_connect(_api.with_offset(self.attach_url, self._state.offset),
-                                additional_headers={"Authorization": f"Bearer {self.token}"},
-                                max_size=_api.MAX_FRAME_PAYLOAD + 1024, open_timeout=30,
-                                ping_interval=20, ping_timeout=60)
+                ws = _ws_open(_api.with_offset(self.attach_url, self._state.offset), self.token)
             except Exception as e:  # noqa: BLE001 - classified below
                 err = _ws_error(e)
                 if not _api.retryable(err) or self._failures >= _api.ATTACH_RETRIES:
