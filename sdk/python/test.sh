@@ -23,7 +23,7 @@ key=$(
     python3 - "$here/pyproject.toml" <<'PY' 2>/dev/null || cat "$here/pyproject.toml"
 import sys, tomllib
 p = tomllib.load(open(sys.argv[1], "rb"))["project"]
-print(sorted(p.get("dependencies", [])), sorted(p.get("requires-python", "")), p.get("optional-dependencies", {}))
+print(sorted(p.get("dependencies", [])), p.get("requires-python", ""), p.get("optional-dependencies", {}))
 PY
     printf '%s\n' "${pins[@]}"
   } | sha256sum | cut -c1-12
