@@ -77,14 +77,15 @@ def test_pty(sandbox: airlock.Sandbox) -> None:
     try:
         h = sandbox.commands.start("stty size; read line; stty size; echo got:$line", pty=(80, 24))
     except airlock.InvalidRequest as e:
-        pytest.skip(f"SKIPPED LOUDLY: this server refuses the create request's 'pty' field (422: {e.message}); "
-                    "the server side of pty is not in this build")
-    out = []
+        pytest.skip(f"SKIPPED LOUDLY: test_pty: this server refuses the command request's 'pty' field "
+                    f"({e.status} {e.code}: {e.message}); the server side of pty is not in this build")
+    out: List[str] = []
+    resized = False
     for ev in h:
         out.append(ev.text)
-        if "24 80" in "".join(out) and len(out) >= 1 and not getattr(h, "_resized", False):
+        if not resized and "24 80" in "".join(out):
+            resized = True
             h.resize(100, 30)
-            h._resized = True  # type: ignore[attr-defined]
             time.sleep(0.3)
             h.send_stdin("abc\r")
     text = "".join(out)
@@ -142,7 +143,8 @@ def test_list_pages(client: airlock.Airlock, run_id: str) -> None:
         assert sorted(ids) == sorted(s.id for s in sbs)
     finally:
         for s in sbs:
-            s.operation.wait()  # type: ignore[attr-defined]
+            assert s.operation is not None
+            s.operation.wait()
             s.delete()
 
 

@@ -32,7 +32,7 @@ FRAME_RESIZE = 19
 #: WebSocket close code the worker uses while the sandbox is being suspended.
 CLOSE_TRY_AGAIN = 1013
 
-Params = List[Tuple[str, str]]
+Params = List[Tuple[str, Union[str, int, float, bool, None]]]
 
 
 def esc(s: str) -> str:

@@ -11,7 +11,7 @@ import hashlib
 import json
 import os
 import time
-from typing import (IO, Any, AsyncIterator, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union)
+from typing import (IO, Any, AsyncGenerator, cast, AsyncIterator, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union)
 
 import httpx
 from websockets.asyncio.client import ClientConnection, connect as ws_connect
@@ -136,6 +136,9 @@ class AsyncSandboxPage:
 class AsyncSandbox(SandboxBase):
     """A sandbox (async). ``async with`` deletes it on exit."""
 
+    #: The operation that made the sandbox (create, fork, import), when known.
+    operation: Optional["AsyncOperation"] = None
+
     def __init__(self, client: "AsyncAirlock", data: Dict[str, Any]) -> None:
         self._client = client
         self._update(data)
@@ -219,9 +222,9 @@ class AsyncSandboxes:
 
     async def _finish(self, d: Dict[str, Any], wait: bool) -> AsyncSandbox:
         sb = AsyncSandbox(self._client, d["sandbox"])
-        sb.operation = AsyncOperation(self._client, d["operation"])  # type: ignore[attr-defined]
+        op = sb.operation = AsyncOperation(self._client, d["operation"])
         if wait:
-            await sb.operation.wait()  # type: ignore[attr-defined]
+            await op.wait()
             await sb.refresh()
         return sb
 
@@ -249,7 +252,7 @@ class AsyncSandboxes:
 
     async def list(self, *, state: Union[str, Sequence[str], None] = None,
                    metadata: Optional[Mapping[str, str]] = None,
-                   limit: Optional[int] = None) -> AsyncIterator[AsyncSandbox]:
+                   limit: Optional[int] = None) -> AsyncGenerator[AsyncSandbox, None]:
         """Every matching sandbox (``async for``), page after page."""
         cursor: Optional[str] = None
         while True:
@@ -346,7 +349,7 @@ class AsyncCommandHandle:
     def __aiter__(self) -> AsyncIterator[OutputEvent]:
         return self.events()
 
-    async def events(self) -> AsyncIterator[OutputEvent]:
+    async def events(self) -> AsyncGenerator[OutputEvent, None]:
         while self._state.result is None:
             ws = await self._conn()
             progressed = False
@@ -490,7 +493,7 @@ class AsyncFiles:
         http = self._sb._client._t.http
         hdr = {"Authorization": f"Bearer {token}", **(headers or {})}
         try:
-            r = http.build_request(method, url + op, params=params, json=json_body, content=_aiter(content),
+            r = http.build_request(method, url + op, params=params or None, json=json_body, content=_aiter(content),
                                    headers=hdr,
                                    timeout=httpx.Timeout(None, connect=10.0) if stream or content is not None else httpx.USE_CLIENT_DEFAULT)
             resp = await http.send(r, stream=stream)
@@ -525,7 +528,7 @@ class AsyncFiles:
     async def read_text(self, path: str, encoding: str = "utf-8") -> str:
         return (await self.read(path)).decode(encoding)
 
-    async def read_stream(self, path: str, chunk_size: int = _CHUNK) -> AsyncIterator[bytes]:
+    async def read_stream(self, path: str, chunk_size: int = _CHUNK) -> AsyncGenerator[bytes, None]:
         resp = await self._send("GET", "/content", [("path", path)], stream=True)
         try:
             async for chunk in resp.aiter_bytes(chunk_size):
@@ -619,10 +622,10 @@ class AsyncNetwork:
         self._sb = sandbox
 
     async def get(self) -> Optional[Dict[str, Any]]:
-        return await self._sb._client._t.json(Request("GET", f"/v1/sandboxes/{_api.esc(self._sb.id)}/network"))
+        return cast(Optional[Dict[str, Any]], await self._sb._client._t.json(Request("GET", f"/v1/sandboxes/{_api.esc(self._sb.id)}/network")))
 
     async def set(self, *, profile: Optional[str] = None, policy: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
-        return await self._sb._client._t.json(_api.network_set(self._sb.id, profile, policy))
+        return cast(Dict[str, Any], await self._sb._client._t.json(_api.network_set(self._sb.id, profile, policy)))
 
     async def log(self, after: int = 0, limit: Optional[int] = None) -> NetworkLog:
         return NetworkLog.from_json(await self._sb._client._t.json(_api.network_log(self._sb.id, after, limit)))
@@ -652,11 +655,11 @@ class AsyncBuilds:
         return Build.from_json(await self._client._t.json(Request("GET", f"/v1/templates/builds/{_api.esc(build_id)}")))
 
     async def list(self, limit: Optional[int] = None) -> List[Build]:
-        params = [("limit", str(limit))] if limit else []
+        params: _api.Params = [("limit", str(limit))] if limit else []
         d = await self._client._t.json(Request("GET", "/v1/templates/builds", params=params))
         return [Build.from_json(b) for b in d.get("builds") or []]
 
-    async def events(self, build_id: str, after: int = 0) -> AsyncIterator[BuildEvent]:
+    async def events(self, build_id: str, after: int = 0) -> AsyncGenerator[BuildEvent, None]:
         while True:
             d = await self._client._t.json(_api.build_events(build_id, after), timeout=httpx.Timeout(75.0, connect=10.0))
             evs = d.get("events") or []
@@ -708,14 +711,14 @@ class AsyncOrgs:
         self._client = client
 
     async def get(self, org_id: str) -> Dict[str, Any]:
-        return await self._client._t.json(Request("GET", f"/v1/orgs/{_api.esc(org_id)}"))
+        return cast(Dict[str, Any], await self._client._t.json(Request("GET", f"/v1/orgs/{_api.esc(org_id)}")))
 
     async def update(self, org_id: str, *, features: Optional[Sequence[str]] = None,
                      idle_suspend_after_s: Optional[int] = None, quotas: Optional[Mapping[str, int]] = None,
                      network: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
-        return await self._client._t.json(_api.update_org(org_id, features=features,
-                                                          idle_suspend_after_s=idle_suspend_after_s,
-                                                          quotas=quotas, network=network))
+        req = _api.update_org(org_id, features=features, idle_suspend_after_s=idle_suspend_after_s,
+                              quotas=quotas, network=network)
+        return cast(Dict[str, Any], await self._client._t.json(req))
 
 
 class AsyncAirlock:
@@ -741,12 +744,12 @@ class AsyncAirlock:
             await self._t.http.aclose()
 
     async def health(self) -> Dict[str, Any]:
-        return await self._t.json(Request("GET", "/healthz"))
+        return cast(Dict[str, Any], await self._t.json(Request("GET", "/healthz")))
 
     async def operation(self, op_id: str) -> AsyncOperation:
         return AsyncOperation(self, await self._t.json(_api.get_operation(op_id)))
 
-    async def events(self, sandbox_id: Optional[str] = None, after: Optional[int] = None) -> AsyncIterator[Event]:
+    async def events(self, sandbox_id: Optional[str] = None, after: Optional[int] = None) -> AsyncGenerator[Event, None]:
         """The org's (or one sandbox's) events (``async for``), resuming with Last-Event-ID."""
         last = after or 0
         backoff = 0.1
@@ -759,7 +762,9 @@ class AsyncAirlock:
             try:
                 resp = await self._t.send(Request("GET", path, headers=hdr), stream=True,
                                           timeout=httpx.Timeout(60.0, connect=10.0))
-            except Unavailable:
+            except Unavailable as e:
+                if e.status:
+                    raise
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue

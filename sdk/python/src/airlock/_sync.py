@@ -8,7 +8,7 @@ import io
 import json
 import os
 import time
-from typing import (IO, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union)
+from typing import (IO, Any, Generator, cast, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union)
 
 import httpx
 from websockets.exceptions import ConnectionClosed, InvalidStatus
@@ -160,6 +160,9 @@ class SandboxPage:
 class Sandbox(SandboxBase):
     """A sandbox. Use it as a context manager to delete it on exit."""
 
+    #: The operation that made the sandbox (create, fork, import), when known.
+    operation: Optional["Operation"] = None
+
     def __init__(self, client: "Airlock", data: Dict[str, Any]) -> None:
         self._client = client
         self._update(data)
@@ -266,11 +269,14 @@ class Sandboxes:
                                   timeout_s=timeout_s, idle_suspend_after_s=idle_suspend_after_s,
                                   auto_wake=auto_wake, public_traffic=public_traffic, runtime=runtime,
                                   network=network, idempotency_key=idempotency_key)
-        d = self._client._t.json(req)
+        return self._finish(self._client._t.json(req), wait)
+
+    def _finish(self, d: Dict[str, Any], wait: bool) -> Sandbox:
+        """The sandbox of a create/fork/import answer, waited for if asked."""
         sb = Sandbox(self._client, d["sandbox"])
-        sb.operation = Operation(self._client, d["operation"])  # type: ignore[attr-defined]
+        op = sb.operation = Operation(self._client, d["operation"])
         if wait:
-            sb.operation.wait()  # type: ignore[attr-defined]
+            op.wait()
             sb.refresh()
         return sb
 
@@ -286,7 +292,7 @@ class Sandboxes:
         return SandboxPage([Sandbox(self._client, s) for s in d.get("sandboxes") or []], d.get("next_cursor") or None)
 
     def list(self, *, state: Union[str, Sequence[str], None] = None,
-             metadata: Optional[Mapping[str, str]] = None, limit: Optional[int] = None) -> Iterator[Sandbox]:
+             metadata: Optional[Mapping[str, str]] = None, limit: Optional[int] = None) -> Generator[Sandbox, None, None]:
         """Every sandbox matching the filters, fetching pages of ``limit`` as needed."""
         cursor: Optional[str] = None
         while True:
@@ -306,16 +312,7 @@ class Sandboxes:
                                                    timeout_s=timeout_s, idle_suspend_after_s=idle_suspend_after_s,
                                                    auto_wake=auto_wake, idempotency_key=idempotency_key))
         forks = d.get("forks") or [{"sandbox": d["sandbox"], "operation": d["operation"]}]
-        out = []
-        for f in forks:
-            sb = Sandbox(self._client, f["sandbox"])
-            sb.operation = Operation(self._client, f["operation"])  # type: ignore[attr-defined]
-            out.append(sb)
-        if wait:
-            for sb in out:
-                sb.operation.wait()  # type: ignore[attr-defined]
-                sb.refresh()
-        return out
+        return [self._finish(f, wait) for f in forks]
 
     def import_checkpoint(self, archive: IO[bytes], *, metadata: Optional[Mapping[str, str]] = None,
                           env: Optional[Mapping[str, str]] = None, timeout_s: Optional[int] = None,
@@ -327,13 +324,8 @@ class Sandboxes:
         req = Request("POST", "/v1/sandboxes", headers={"Idempotency-Key": idempotency_key} if idempotency_key else {})
         files = [("request", (None, meta, "application/json")),
                  ("archive", ("archive.tar", archive, "application/x-tar"))]
-        d = self._client._t.send(req, files=files, timeout=httpx.Timeout(None, connect=10.0)).json()
-        sb = Sandbox(self._client, d["sandbox"])
-        sb.operation = Operation(self._client, d["operation"])  # type: ignore[attr-defined]
-        if wait:
-            sb.operation.wait()  # type: ignore[attr-defined]
-            sb.refresh()
-        return sb
+        resp = self._client._t.send(req, files=files, timeout=httpx.Timeout(None, connect=10.0))
+        return self._finish(resp.json(), wait)
 
 
 # --- commands ---------------------------------------------------------------
@@ -341,7 +333,7 @@ class Sandboxes:
 def _ws_error(e: BaseException) -> AirlockError:
     if isinstance(e, InvalidStatus):
         r = e.response
-        return error_from_response(r.status_code, r.body or b"", r.headers)
+        return error_from_response(r.status_code, bytes(r.body or b""), r.headers)
     if isinstance(e, AirlockError):
         return e
     return Unavailable(f"attach: {e}")
@@ -353,9 +345,9 @@ def _ws_open(url: str, token: str) -> ClientConnection:
                               ping_interval=20, ping_timeout=60)
     try:
         # websockets >= 17 wants legacy=True to return the connection directly
-        return ws_connect(url, legacy=True, **kw)  # type: ignore[call-overload]
+        return ws_connect(url, legacy=True, **kw)  # type: ignore[no-any-return,unused-ignore]
     except TypeError:
-        return ws_connect(url, **kw)
+        return cast(ClientConnection, ws_connect(url, **kw))
 
 
 class CommandHandle:
@@ -425,7 +417,7 @@ class CommandHandle:
     def __iter__(self) -> Iterator[OutputEvent]:
         return self.events()
 
-    def events(self) -> Iterator[OutputEvent]:
+    def events(self) -> Generator[OutputEvent, None, None]:
         """Output chunks until the command exits (callbacks are called too)."""
         while self._state.result is None:
             ws = self._conn()
@@ -588,7 +580,7 @@ class Files:
         http = self._sb._client._t.http
         hdr = {"Authorization": f"Bearer {token}", **(headers or {})}
         try:
-            r = http.build_request(method, url + op, params=params, json=json_body, content=content, headers=hdr,
+            r = http.build_request(method, url + op, params=params or None, json=json_body, content=content, headers=hdr,
                                    timeout=httpx.Timeout(None, connect=10.0) if stream or content is not None else httpx.USE_CLIENT_DEFAULT)
             resp = http.send(r, stream=stream)
         except httpx.TransportError as e:
@@ -626,7 +618,7 @@ class Files:
         """The file's content decoded as text."""
         return self.read(path).decode(encoding)
 
-    def read_stream(self, path: str, chunk_size: int = _CHUNK) -> Iterator[bytes]:
+    def read_stream(self, path: str, chunk_size: int = _CHUNK) -> Generator[bytes, None, None]:
         """The file's content in chunks, streamed (close the iterator to stop early)."""
         resp = self._send("GET", "/content", [("path", path)], stream=True)
         try:
@@ -734,11 +726,11 @@ class Network:
 
     def get(self) -> Optional[Dict[str, Any]]:
         """``{"profile": …, "policy": {…}}`` (None for sandboxes from before policies)."""
-        return self._sb._client._t.json(Request("GET", f"/v1/sandboxes/{_api.esc(self._sb.id)}/network"))
+        return cast(Optional[Dict[str, Any]], self._sb._client._t.json(Request("GET", f"/v1/sandboxes/{_api.esc(self._sb.id)}/network")))
 
     def set(self, *, profile: Optional[str] = None, policy: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
         """Replace the policy with a named profile or an inline policy (docs/network.md)."""
-        return self._sb._client._t.json(_api.network_set(self._sb.id, profile, policy))
+        return cast(Dict[str, Any], self._sb._client._t.json(_api.network_set(self._sb.id, profile, policy)))
 
     def log(self, after: int = 0, limit: Optional[int] = None) -> NetworkLog:
         """Entries of the network log after ``after`` (pass ``log.next`` to read on)."""
@@ -776,11 +768,11 @@ class Builds:
         return Build.from_json(self._client._t.json(Request("GET", f"/v1/templates/builds/{_api.esc(build_id)}")))
 
     def list(self, limit: Optional[int] = None) -> List[Build]:
-        params = [("limit", str(limit))] if limit else []
+        params: _api.Params = [("limit", str(limit))] if limit else []
         d = self._client._t.json(Request("GET", "/v1/templates/builds", params=params))
         return [Build.from_json(b) for b in d.get("builds") or []]
 
-    def events(self, build_id: str, after: int = 0) -> Iterator[BuildEvent]:
+    def events(self, build_id: str, after: int = 0) -> Generator[BuildEvent, None, None]:
         """Progress events until the build is ``ready`` or ``failed`` (long polls)."""
         while True:
             d = self._client._t.json(_api.build_events(build_id, after), timeout=httpx.Timeout(75.0, connect=10.0))
@@ -842,14 +834,15 @@ class Orgs:
         self._client = client
 
     def get(self, org_id: str) -> Dict[str, Any]:
-        return self._client._t.json(Request("GET", f"/v1/orgs/{_api.esc(org_id)}"))
+        return cast(Dict[str, Any], self._client._t.json(Request("GET", f"/v1/orgs/{_api.esc(org_id)}")))
 
     def update(self, org_id: str, *, features: Optional[Sequence[str]] = None,
                idle_suspend_after_s: Optional[int] = None, quotas: Optional[Mapping[str, int]] = None,
                network: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
         """Change an org's settings; ``features`` replaces its feature gates."""
-        return self._client._t.json(_api.update_org(org_id, features=features, idle_suspend_after_s=idle_suspend_after_s,
-                                                    quotas=quotas, network=network))
+        req = _api.update_org(org_id, features=features, idle_suspend_after_s=idle_suspend_after_s,
+                              quotas=quotas, network=network)
+        return cast(Dict[str, Any], self._client._t.json(req))
 
 
 class Airlock:
@@ -879,13 +872,13 @@ class Airlock:
 
     def health(self) -> Dict[str, Any]:
         """``GET /healthz``."""
-        return self._t.json(Request("GET", "/healthz"))
+        return cast(Dict[str, Any], self._t.json(Request("GET", "/healthz")))
 
     def operation(self, op_id: str) -> Operation:
         """An operation by id."""
         return Operation(self, self._t.json(_api.get_operation(op_id)))
 
-    def events(self, sandbox_id: Optional[str] = None, after: Optional[int] = None) -> Iterator[Event]:
+    def events(self, sandbox_id: Optional[str] = None, after: Optional[int] = None) -> Generator[Event, None, None]:
         """The org's (or one sandbox's) events, as they happen, from ``after``
         (default: the oldest kept). A dropped stream is re-opened with
         ``Last-Event-ID``, so no event is skipped or repeated. Break out of
@@ -901,7 +894,9 @@ class Airlock:
             try:
                 resp = self._t.send(Request("GET", path, headers=hdr), stream=True,
                                     timeout=httpx.Timeout(60.0, connect=10.0))
-            except Unavailable:
+            except Unavailable as e:
+                if e.status:  # an answer (503): an API error ends the stream, as in the Go client
+                    raise
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue
