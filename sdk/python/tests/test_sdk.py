@@ -244,3 +244,29 @@ def test_checkpoints_rollback_fork_export_import(client: airlock.Airlock, sandbo
                 pass
         if "snapshots" not in features:
             client.orgs.update("org-default", features=features)
+
+
+def test_output_survives_a_suspend_mid_command(sandbox: airlock.Sandbox) -> None:
+    """The worker ends attachments with close code 1013 while it suspends the
+    sandbox; the handle re-attaches from its offset (which wakes the sandbox)
+    and the output continues, nothing lost or repeated."""
+    import threading
+
+    h = sandbox.commands.start("for i in $(seq 1 8); do echo $i; sleep 0.5; done")
+    it = iter(h)
+    assert next(it).text == "1\n"
+    errors: List[BaseException] = []
+
+    def suspend() -> None:
+        try:
+            sandbox._client.sandboxes.get(sandbox.id).suspend()
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    t = threading.Thread(target=suspend)
+    t.start()
+    rest = "".join(ev.text for ev in it)
+    t.join()
+    assert not errors, errors
+    assert "1\n" + rest == "".join(f"{i}\n" for i in range(1, 9))
+    assert h.result is not None and h.result.exit_code == 0

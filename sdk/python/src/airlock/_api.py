@@ -315,6 +315,24 @@ class AttachState:
         return None
 
 
+#: How long a re-attach after close code 1013 keeps retrying while the
+#: sandbox's suspend (and the wake the re-attach asks for) are in progress.
+SUSPEND_REATTACH_S = 180.0
+
+
+def close_code(e: BaseException) -> Optional[int]:
+    """The close code the peer sent with a websockets ConnectionClosed, if any."""
+    rcvd = getattr(e, "rcvd", None)
+    return getattr(rcvd, "code", None)
+
+
+def transient_while_suspending(err: BaseException) -> bool:
+    """A 409 naming an operation in progress: after a 1013 close, the suspend
+    is still being written; the re-attach retries until the wake can start."""
+    from ._errors import Conflict
+    return isinstance(err, Conflict) and "in progress" in err.message
+
+
 def retryable(err: BaseException) -> bool:
     """Whether a failed attach is worth re-trying (as the Go client's dpRetryable)."""
     if isinstance(err, AirlockError):

@@ -306,6 +306,7 @@ class AsyncCommandHandle:
         self._pending_stdin = pending_stdin
         self._close_stdin = close_stdin
         self._failures = 0
+        self._try_again_until = 0.0
 
     @property
     def offset(self) -> int:
@@ -328,6 +329,10 @@ class AsyncCommandHandle:
                                       ping_interval=20, ping_timeout=60)
             except Exception as e:  # noqa: BLE001
                 err = _ws_error(e)
+                if (self._try_again_until and time.monotonic() < self._try_again_until
+                        and _api.transient_while_suspending(err)):
+                    await asyncio.sleep(0.5)
+                    continue
                 if not _api.retryable(err) or self._failures >= _api.ATTACH_RETRIES:
                     raise err from e
                 self._failures += 1
@@ -366,6 +371,8 @@ class AsyncCommandHandle:
                         yield ev
             except (ConnectionClosed, OSError, asyncio.TimeoutError) as e:
                 await self._drop()
+                if _api.close_code(e) == _api.CLOSE_TRY_AGAIN:  # the sandbox is being suspended
+                    self._try_again_until = time.monotonic() + _api.SUSPEND_REATTACH_S
                 if progressed:
                     self._failures = 0
                 if self._failures >= _api.ATTACH_RETRIES:

@@ -374,6 +374,7 @@ class CommandHandle:
         self._pending_stdin = pending_stdin
         self._close_stdin = close_stdin
         self._failures = 0
+        self._try_again_until = 0.0
 
     @property
     def offset(self) -> int:
@@ -396,6 +397,10 @@ class CommandHandle:
                 ws = _ws_open(_api.with_offset(self.attach_url, self._state.offset), self.token)
             except Exception as e:  # noqa: BLE001 - classified below
                 err = _ws_error(e)
+                if (self._try_again_until and time.monotonic() < self._try_again_until
+                        and _api.transient_while_suspending(err)):
+                    time.sleep(0.5)
+                    continue
                 if not _api.retryable(err) or self._failures >= _api.ATTACH_RETRIES:
                     raise err from e
                 self._failures += 1
@@ -435,6 +440,8 @@ class CommandHandle:
                         yield ev
             except (ConnectionClosed, OSError, TimeoutError) as e:
                 self._drop()
+                if _api.close_code(e) == _api.CLOSE_TRY_AGAIN:  # the sandbox is being suspended
+                    self._try_again_until = time.monotonic() + _api.SUSPEND_REATTACH_S
                 if progressed:
                     self._failures = 0
                 if self._failures >= _api.ATTACH_RETRIES:
