@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 from urllib.parse import quote, urlsplit, urlunsplit, urlencode, parse_qsl
 
 from ._errors import AirlockError, Unavailable
@@ -189,6 +189,32 @@ def files_base(session_url: str, sandbox_id: str) -> str:
     if "/v1/sandboxes/" not in base:
         base += f"/v1/sandboxes/{esc(sandbox_id)}"
     return base + "/files"
+
+
+def file_params(path: str, **extra: Any) -> Params:
+    """The query of a data-plane files request: ``path`` and the options set."""
+    params: Params = [("path", path)]
+    for k, v in extra.items():
+        if v is True:
+            params.append((k, "1"))
+        elif v not in (None, False, "", 0):
+            params.append((k, str(v)))
+    return params
+
+
+def upload_plan(local: str, remote: str) -> Iterator[Tuple[str, str, Optional[str]]]:
+    """What upload_dir does, in order: ``("dir", remote, None)`` to make and
+    ``("file", remote, local)`` to copy, for the tree at ``local``."""
+    remote = remote.rstrip("/") or "/"
+    yield "dir", remote, None
+    for root, dirs, files in os.walk(local):
+        dirs.sort()
+        rel = os.path.relpath(root, local)
+        base = remote if rel == "." else remote.rstrip("/") + "/" + rel.replace(os.sep, "/")
+        for d in dirs:
+            yield "dir", f"{base.rstrip('/')}/{d}", None
+        for f in sorted(files):
+            yield "file", f"{base.rstrip('/')}/{f}", os.path.join(root, f)
 
 
 def attach_url_for(files_url: str, command_id: str) -> str:

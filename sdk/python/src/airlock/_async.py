@@ -98,6 +98,7 @@ class AsyncOperation:
     done = property(lambda self: self.info.done)
 
     async def refresh(self) -> "AsyncOperation":
+        """Read the operation again."""
         self.info = OperationInfo.from_json(await self._client._t.json(_api.get_operation(self.id)))
         return self
 
@@ -156,6 +157,7 @@ class AsyncSandbox(SandboxBase):
             pass
 
     async def refresh(self) -> "AsyncSandbox":
+        """Read the sandbox's record again (``state`` etc. are updated)."""
         self._update(await self._client._t.json(_api.get_sandbox(self.id)))
         return self
 
@@ -170,29 +172,37 @@ class AsyncSandbox(SandboxBase):
         return op
 
     async def pause(self, wait: bool = True) -> AsyncOperation:
+        """Stop every process, keeping memory resident (``running`` → ``paused``)."""
         return await self._lifecycle("pause", wait)
 
     async def resume(self, wait: bool = True) -> AsyncOperation:
+        """Continue a paused sandbox."""
         return await self._lifecycle("resume", wait)
 
     async def suspend(self, wait: bool = True) -> AsyncOperation:
+        """Write memory and files to the snapshot store and release the runtime."""
         return await self._lifecycle("suspend", wait)
 
     async def wake(self, wait: bool = True) -> AsyncOperation:
+        """Restore a suspended (or resume a paused) sandbox."""
         return await self._lifecycle("wake", wait)
 
     async def delete(self, wait: bool = True) -> AsyncOperation:
+        """Delete the sandbox (and its checkpoints)."""
         return await self._lifecycle("delete", wait)
 
     async def checkpoint(self, name: str, wait: bool = True) -> AsyncOperation:
+        """Take a named checkpoint (feature gate ``snapshots``)."""
         op = AsyncOperation(self._client, (await self._client._t.json(_api.create_checkpoint(self.id, name)))["operation"])
         return await op.wait() if wait else op
 
     async def checkpoints(self) -> List[Checkpoint]:
+        """The completed checkpoints, oldest first."""
         d = await self._client._t.json(_api.list_checkpoints(self.id))
         return [Checkpoint.from_json(c) for c in d.get("checkpoints") or []]
 
     async def rollback(self, checkpoint: str, wait: bool = True) -> AsyncOperation:
+        """Return memory, processes and files to a checkpoint."""
         op = AsyncOperation(self._client, (await self._client._t.json(_api.rollback(self.id, checkpoint)))["operation"])
         if wait:
             await op.wait()
@@ -200,6 +210,9 @@ class AsyncSandbox(SandboxBase):
         return op
 
     async def export_checkpoint(self, name: str, dest: IO[bytes]) -> int:
+        """Stream a checkpoint's portable archive into ``dest``; returns the bytes written.
+
+        A failure in the middle raises; keep the archive only if this returns."""
         resp = await self._client._t.send(_api.export_checkpoint(self.id, name), stream=True,
                                           timeout=httpx.Timeout(None, connect=10.0))
         n = 0
@@ -234,6 +247,9 @@ class AsyncSandboxes:
                      auto_wake: Optional[bool] = None, public_traffic: Optional[bool] = None,
                      runtime: Optional[str] = None, network: Optional[Mapping[str, Any]] = None,
                      idempotency_key: Optional[str] = None, wait: bool = True) -> AsyncSandbox:
+        """Create a sandbox; with ``wait`` (the default) return once it runs.
+
+        ``resources`` takes ``vcpus``, ``memory_mib``, ``disk_mib``."""
         req = _api.create_sandbox(template=template, metadata=metadata, env=env, resources=resources,
                                   timeout_s=timeout_s, idle_suspend_after_s=idle_suspend_after_s,
                                   auto_wake=auto_wake, public_traffic=public_traffic, runtime=runtime,
@@ -241,11 +257,13 @@ class AsyncSandboxes:
         return await self._finish(await self._client._t.json(req), wait)
 
     async def get(self, sandbox_id: str) -> AsyncSandbox:
+        """The sandbox with this id (a deleted one is returned with state ``deleted``)."""
         return AsyncSandbox(self._client, await self._client._t.json(_api.get_sandbox(sandbox_id)))
 
     async def list_page(self, *, state: Union[str, Sequence[str], None] = None,
                         metadata: Optional[Mapping[str, str]] = None, limit: Optional[int] = None,
                         cursor: Optional[str] = None) -> AsyncSandboxPage:
+        """One page of sandboxes; pass its ``next_cursor`` as ``cursor`` for the next."""
         d = await self._client._t.json(_api.list_sandboxes(state=state, metadata=metadata, limit=limit, cursor=cursor))
         return AsyncSandboxPage([AsyncSandbox(self._client, s) for s in d.get("sandboxes") or []],
                                 d.get("next_cursor") or None)
@@ -268,6 +286,7 @@ class AsyncSandboxes:
                    timeout_s: Optional[int] = None, idle_suspend_after_s: Optional[int] = None,
                    auto_wake: Optional[bool] = None, idempotency_key: Optional[str] = None,
                    wait: bool = True) -> List[AsyncSandbox]:
+        """Start ``count`` sandboxes from a checkpoint of ``sandbox_id``."""
         d = await self._client._t.json(_api.fork_sandbox(sandbox_id, checkpoint, count, metadata=metadata, env=env,
                                                          timeout_s=timeout_s, idle_suspend_after_s=idle_suspend_after_s,
                                                          auto_wake=auto_wake, idempotency_key=idempotency_key))
@@ -278,6 +297,7 @@ class AsyncSandboxes:
                                 env: Optional[Mapping[str, str]] = None, timeout_s: Optional[int] = None,
                                 idle_suspend_after_s: Optional[int] = None, auto_wake: Optional[bool] = None,
                                 idempotency_key: Optional[str] = None, wait: bool = True) -> AsyncSandbox:
+        """Create a sandbox from an exported archive (streamed as multipart)."""
         meta = _api.import_request_part(metadata=metadata, env=env, timeout_s=timeout_s,
                                         idle_suspend_after_s=idle_suspend_after_s, auto_wake=auto_wake)
         req = Request("POST", "/v1/sandboxes", headers={"Idempotency-Key": idempotency_key} if idempotency_key else {})
@@ -310,14 +330,17 @@ class AsyncCommandHandle:
 
     @property
     def offset(self) -> int:
+        """The combined stdout+stderr offset received so far."""
         return self._state.offset
 
     @property
     def result(self) -> Optional[CommandResult]:
+        """The result once the command exited, else None."""
         return self._state.result
 
     @property
     def process(self) -> Optional[Dict[str, Any]]:
+        """The process info of the last ``started`` frame (pid, argv, …)."""
         return self._state.process
 
     async def _attach(self) -> ClientConnection:
@@ -355,6 +378,7 @@ class AsyncCommandHandle:
         return self.events()
 
     async def events(self) -> AsyncGenerator[OutputEvent, None]:
+        """Output chunks until the command exits (callbacks are called too)."""
         while self._state.result is None:
             ws = await self._conn()
             progressed = False
@@ -386,26 +410,32 @@ class AsyncCommandHandle:
         await self.detach()
 
     async def wait(self) -> CommandResult:
+        """Follow the output to the end and return the result."""
         async for _ in self.events():
             pass
         assert self._state.result is not None
         return self._state.result
 
     async def send_stdin(self, data: Union[bytes, str]) -> None:
+        """Send bytes (or text, as UTF-8) to the command's stdin (needs ``stdin=True`` or ``pty``)."""
         ws = await self._conn()
         for f in _api.stdin_frames(data):
             await ws.send(f)
 
     async def close_stdin(self) -> None:
+        """End the command's stdin after what was sent."""
         await (await self._conn()).send(_api.frame(_api.FRAME_STDIN_CLOSE))
 
     async def signal(self, sig: Union[str, int] = "TERM") -> None:
+        """Send a signal (``"TERM"``, ``"KILL"``, ``"INT"``, … or a number) to the command."""
         await (await self._conn()).send(_api.signal_frame(sig))
 
     async def kill(self) -> None:
+        """Send ``KILL``."""
         await self.signal("KILL")
 
     async def resize(self, cols: int, rows: int) -> None:
+        """Change the size of a ``pty`` command's terminal."""
         await (await self._conn()).send(_api.resize_frame(cols, rows))
 
     async def _drop(self) -> None:
@@ -438,6 +468,11 @@ class AsyncCommands:
                     stdin: Union[bytes, str, bool, None] = None, timeout_s: Optional[float] = None,
                     pty: Optional[Tuple[int, int]] = None, on_stdout: Optional[OutputCallback] = None,
                     on_stderr: Optional[OutputCallback] = None) -> AsyncCommandHandle:
+        """Start a command (``cmd`` runs as ``bash -lc``; or ``argv``) and attach to it.
+
+        ``stdin``: bytes/text to send (then stdin is closed), or ``True`` to
+        send it yourself with :meth:`CommandHandle.send_stdin`. ``pty``:
+        ``(cols, rows)`` to run on a pseudo-terminal."""
         data = stdin if isinstance(stdin, (bytes, str)) else None
         req = _api.create_command(self._sb.id, cmd, argv=argv, env=env, cwd=cwd, user=user,
                                   stdin=bool(stdin) or data is not None, timeout_s=timeout_s, pty=pty)
@@ -453,6 +488,9 @@ class AsyncCommands:
                   stdin: Union[bytes, str, None] = None, timeout_s: Optional[float] = None,
                   on_stdout: Optional[OutputCallback] = None,
                   on_stderr: Optional[OutputCallback] = None) -> CommandResult:
+        """Run a command to completion and return its exit and output.
+
+        A non-zero exit is not an error: check ``result.exit_code``."""
         h = await self.start(cmd, argv=argv, env=env, cwd=cwd, user=user, stdin=stdin, timeout_s=timeout_s,
                              on_stdout=on_stdout, on_stderr=on_stderr)
         return await h.wait()
@@ -460,6 +498,10 @@ class AsyncCommands:
     async def connect(self, command_id: str, token: str, *, offset: int = 0, attach_url: Optional[str] = None,
                       on_stdout: Optional[OutputCallback] = None,
                       on_stderr: Optional[OutputCallback] = None) -> AsyncCommandHandle:
+        """Re-attach to a running (or finished) command from ``offset``.
+
+        ``token`` is the command's token (``handle.token``); without
+        ``attach_url`` it is derived from the sandbox's data-plane URL."""
         if attach_url is None:
             attach_url = _api.attach_url_for((await self._sb.files._session())[0], command_id)
         h = AsyncCommandHandle(id=command_id, attach_url=attach_url, token=token, offset=offset,
@@ -468,6 +510,7 @@ class AsyncCommands:
         return h
 
     async def list(self) -> List[Dict[str, Any]]:
+        """The sandbox's processes, running and finished (every page)."""
         out: List[Dict[str, Any]] = []
         cursor: Optional[str] = None
         while True:
@@ -520,22 +563,23 @@ class AsyncFiles:
         return resp
 
     async def write(self, path: str, data: Data, *, mode: Optional[str] = None, owner: Optional[str] = None) -> FileInfo:
-        params: _api.Params = [("path", path)]
-        if mode:
-            params.append(("mode", mode))
-        if owner:
-            params.append(("owner", owner))
+        """Write (replace) the file at ``path`` with bytes, text or a file object
+        (streamed); parents are created. Returns the written file's info."""
+        params = _api.file_params(path, mode=mode, owner=owner)
         content, hdr = _body(data)
         hdr["Content-Type"] = "application/octet-stream"
         return FileInfo.from_json((await self._send("PUT", "/content", params, content=content, headers=hdr)).json())
 
     async def read(self, path: str) -> bytes:
+        """The whole content of the file at ``path``."""
         return (await self._send("GET", "/content", [("path", path)])).content
 
     async def read_text(self, path: str, encoding: str = "utf-8") -> str:
+        """The file's content decoded as text."""
         return (await self.read(path)).decode(encoding)
 
     async def read_stream(self, path: str, chunk_size: int = _CHUNK) -> AsyncGenerator[bytes, None]:
+        """The file's content in chunks, streamed (close the iterator to stop early)."""
         resp = await self._send("GET", "/content", [("path", path)], stream=True)
         try:
             async for chunk in resp.aiter_bytes(chunk_size):
@@ -544,6 +588,7 @@ class AsyncFiles:
             await resp.aclose()
 
     async def read_to(self, path: str, dest: IO[bytes]) -> int:
+        """Stream the file into ``dest``; returns the bytes copied."""
         n = 0
         async for chunk in self.read_stream(path):
             dest.write(chunk)
@@ -551,9 +596,11 @@ class AsyncFiles:
         return n
 
     async def stat(self, path: str) -> FileInfo:
+        """Describe ``path`` (a final symlink is not followed)."""
         return FileInfo.from_json((await self._send("GET", "/stat", [("path", path)])).json())
 
     async def exists(self, path: str) -> bool:
+        """Whether ``path`` exists."""
         try:
             await self.stat(path)
             return True
@@ -562,15 +609,13 @@ class AsyncFiles:
 
     async def list_page(self, path: str, *, limit: Optional[int] = None,
                         cursor: Optional[str] = None) -> Tuple[List[FileInfo], Optional[str]]:
-        params: _api.Params = [("path", path)]
-        if limit:
-            params.append(("limit", str(limit)))
-        if cursor:
-            params.append(("cursor", cursor))
+        """One page of a directory's entries (sorted by name) and the next cursor."""
+        params = _api.file_params(path, limit=limit, cursor=cursor)
         d = (await self._send("GET", "/list", params)).json()
         return [FileInfo.from_json(e) for e in d.get("entries") or []], d.get("next_cursor") or None
 
     async def list(self, path: str) -> List[FileInfo]:
+        """Every entry of the directory at ``path``, sorted by name."""
         out: List[FileInfo] = []
         cursor: Optional[str] = None
         while True:
@@ -581,34 +626,33 @@ class AsyncFiles:
             cursor = nxt
 
     async def mkdir(self, path: str, *, mode: Optional[str] = None, owner: Optional[str] = None) -> FileInfo:
+        """Make a directory and its parents."""
         body = _api.drop_none({"path": path, "mode": mode, "owner": owner})
         return FileInfo.from_json((await self._send("POST", "/mkdir", json_body=body)).json())
 
     async def move(self, src: str, dst: str) -> FileInfo:
+        """Move (rename) ``src`` to ``dst``; returns the entry at ``dst``."""
         return FileInfo.from_json((await self._send("POST", "/move", json_body={"from": src, "to": dst})).json())
 
     async def remove(self, path: str, *, recursive: bool = False) -> None:
-        params: _api.Params = [("path", path)]
-        if recursive:
-            params.append(("recursive", "1"))
+        """Remove ``path``; a non-empty directory needs ``recursive=True``."""
+        params = _api.file_params(path, recursive=recursive)
         await (await self._send("DELETE", "", params)).aclose()
 
     async def upload_dir(self, local: Union[str, "os.PathLike[str]"], remote: str) -> int:
+        """Copy a local directory tree to ``remote``; returns the number of files."""
         n = 0
-        local = os.fspath(local)
-        await self.mkdir(remote)
-        for root, dirs, files in os.walk(local):
-            rel = os.path.relpath(root, local)
-            base = remote.rstrip("/") if rel == "." else remote.rstrip("/") + "/" + rel.replace(os.sep, "/")
-            for d in sorted(dirs):
-                await self.mkdir(f"{base}/{d}")
-            for f in sorted(files):
-                with open(os.path.join(root, f), "rb") as fh:
-                    await self.write(f"{base}/{f}", fh)
-                n += 1
+        for _kind, dst, src in _api.upload_plan(os.fspath(local), remote):
+            if src is None:
+                await self.mkdir(dst)
+                continue
+            with open(src, "rb") as fh:
+                await self.write(dst, fh)
+            n += 1
         return n
 
     async def download_dir(self, remote: str, local: Union[str, "os.PathLike[str]"]) -> int:
+        """Copy the directory tree at ``remote`` into ``local``; returns the number of files."""
         n = 0
         local = os.fspath(local)
         os.makedirs(local, exist_ok=True)
@@ -629,12 +673,15 @@ class AsyncNetwork:
         self._sb = sandbox
 
     async def get(self) -> Optional[Dict[str, Any]]:
+        """``{"profile": …, "policy": {…}}`` (None for sandboxes from before policies)."""
         return cast(Optional[Dict[str, Any]], await self._sb._client._t.json(Request("GET", f"/v1/sandboxes/{_api.esc(self._sb.id)}/network")))
 
     async def set(self, *, profile: Optional[str] = None, policy: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+        """Replace the policy with a named profile or an inline policy (docs/network.md)."""
         return cast(Dict[str, Any], await self._sb._client._t.json(_api.network_set(self._sb.id, profile, policy)))
 
     async def log(self, after: int = 0, limit: Optional[int] = None) -> NetworkLog:
+        """Entries of the network log after ``after`` (pass ``log.next`` to read on)."""
         return NetworkLog.from_json(await self._sb._client._t.json(_api.network_log(self._sb.id, after, limit)))
 
 
@@ -643,6 +690,7 @@ class AsyncBuilds:
         self._client = client
 
     async def has_file(self, hash: str) -> bool:
+        """Whether the org has uploaded the COPY input with this sha256."""
         try:
             await (await self._client._t.send(Request("HEAD", f"/v1/templates/files/{_api.esc(hash)}"))).aclose()
             return True
@@ -650,23 +698,28 @@ class AsyncBuilds:
             return False
 
     async def upload_file(self, data: bytes) -> str:
+        """Upload a COPY input (a tar, optionally gzip'ed); returns its sha256 hash."""
         h = hashlib.sha256(data).hexdigest()
         if not await self.has_file(h):
             await (await self._client._t.send(Request("PUT", f"/v1/templates/files/{h}"), content=data)).aclose()
         return h
 
     async def start(self, spec: Mapping[str, Any]) -> Build:
+        """Start a build of a ``BuildSpec`` (``name``, ``tag``, ``from``, ``steps``, …)."""
         return Build.from_json(await self._client._t.json(Request("POST", "/v1/templates/builds", json=dict(spec))))
 
     async def get(self, build_id: str) -> Build:
+        """A build by id, with its state and step reports."""
         return Build.from_json(await self._client._t.json(Request("GET", f"/v1/templates/builds/{_api.esc(build_id)}")))
 
     async def list(self, limit: Optional[int] = None) -> List[Build]:
+        """The org's builds, newest first."""
         params: _api.Params = [("limit", str(limit))] if limit else []
         d = await self._client._t.json(Request("GET", "/v1/templates/builds", params=params))
         return [Build.from_json(b) for b in d.get("builds") or []]
 
     async def events(self, build_id: str, after: int = 0) -> AsyncGenerator[BuildEvent, None]:
+        """Progress events until the build is ``ready`` or ``failed`` (long polls)."""
         while True:
             d = await self._client._t.json(_api.build_events(build_id, after), timeout=httpx.Timeout(75.0, connect=10.0))
             evs = d.get("events") or []
@@ -678,6 +731,7 @@ class AsyncBuilds:
                 return
 
     async def wait(self, build_id: str, on_event: Optional[Callable[[BuildEvent], Any]] = None) -> Build:
+        """Follow a build to its end; raises :class:`AirlockError` if it failed."""
         async for ev in self.events(build_id):
             if on_event is not None:
                 on_event(ev)
@@ -693,16 +747,20 @@ class AsyncTemplates:
         self.builds = AsyncBuilds(client)
 
     async def list(self) -> List[Template]:
+        """Every template of the installation."""
         d = await self._client._t.json(Request("GET", "/v1/templates"))
         return [Template.from_json(t) for t in d.get("templates") or []]
 
     async def get(self, ref: str) -> Template:
+        """A template by ``name``, ``name:tag`` or ``sha256:…``."""
         return Template.from_json(await self._client._t.json(Request("GET", f"/v1/templates/{_api.esc(ref)}")))
 
     async def delete(self, ref: str) -> Template:
+        """Delete a template (operators only; 409 while anything uses it)."""
         return Template.from_json(await self._client._t.json(Request("DELETE", f"/v1/templates/{_api.esc(ref)}")))
 
     async def import_archive(self, name: str, archive: Data, *, ref: Optional[str] = None) -> Template:
+        """Import an OCI (or ``docker save``) tar archive as ``name[:tag]``, streamed."""
         content, hdr = _body(archive)
         req = _api.template_import(name, ref)
         req.headers.update(hdr)
@@ -710,6 +768,7 @@ class AsyncTemplates:
         return Template.from_json(resp.json())
 
     async def build(self, spec: Mapping[str, Any], on_event: Optional[Callable[[BuildEvent], Any]] = None) -> Build:
+        """Start a build and follow it to the end (``on_event`` sees each progress event)."""
         return await self.builds.wait((await self.builds.start(spec)).id, on_event)
 
 
@@ -718,11 +777,13 @@ class AsyncOrgs:
         self._client = client
 
     async def get(self, org_id: str) -> Dict[str, Any]:
+        """An org with its features, quotas and usage."""
         return cast(Dict[str, Any], await self._client._t.json(Request("GET", f"/v1/orgs/{_api.esc(org_id)}")))
 
     async def update(self, org_id: str, *, features: Optional[Sequence[str]] = None,
                      idle_suspend_after_s: Optional[int] = None, quotas: Optional[Mapping[str, int]] = None,
                      network: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+        """Change an org's settings; ``features`` replaces its feature gates."""
         req = _api.update_org(org_id, features=features, idle_suspend_after_s=idle_suspend_after_s,
                               quotas=quotas, network=network)
         return cast(Dict[str, Any], await self._client._t.json(req))
@@ -747,13 +808,16 @@ class AsyncAirlock:
         await self.close()
 
     async def close(self) -> None:
+        """Release the HTTP connections (unless an http_client was passed in)."""
         if self._t.owns_http:
             await self._t.http.aclose()
 
     async def health(self) -> Dict[str, Any]:
+        """``GET /healthz``."""
         return cast(Dict[str, Any], await self._t.json(Request("GET", "/healthz")))
 
     async def operation(self, op_id: str) -> AsyncOperation:
+        """An operation by id."""
         return AsyncOperation(self, await self._t.json(_api.get_operation(op_id)))
 
     async def events(self, sandbox_id: Optional[str] = None, after: Optional[int] = None) -> AsyncGenerator[Event, None]:

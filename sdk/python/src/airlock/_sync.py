@@ -608,11 +608,7 @@ class Files:
     def write(self, path: str, data: Data, *, mode: Optional[str] = None, owner: Optional[str] = None) -> FileInfo:
         """Write (replace) the file at ``path`` with bytes, text or a file object
         (streamed); parents are created. Returns the written file's info."""
-        params: _api.Params = [("path", path)]
-        if mode:
-            params.append(("mode", mode))
-        if owner:
-            params.append(("owner", owner))
+        params = _api.file_params(path, mode=mode, owner=owner)
         content, hdr = _body(data)
         hdr["Content-Type"] = "application/octet-stream"
         return FileInfo.from_json(self._send("PUT", "/content", params, content=content, headers=hdr).json())
@@ -656,11 +652,7 @@ class Files:
     def list_page(self, path: str, *, limit: Optional[int] = None,
                   cursor: Optional[str] = None) -> Tuple[List[FileInfo], Optional[str]]:
         """One page of a directory's entries (sorted by name) and the next cursor."""
-        params: _api.Params = [("path", path)]
-        if limit:
-            params.append(("limit", str(limit)))
-        if cursor:
-            params.append(("cursor", cursor))
+        params = _api.file_params(path, limit=limit, cursor=cursor)
         d = self._send("GET", "/list", params).json()
         return [FileInfo.from_json(e) for e in d.get("entries") or []], d.get("next_cursor") or None
 
@@ -686,25 +678,19 @@ class Files:
 
     def remove(self, path: str, *, recursive: bool = False) -> None:
         """Remove ``path``; a non-empty directory needs ``recursive=True``."""
-        params: _api.Params = [("path", path)]
-        if recursive:
-            params.append(("recursive", "1"))
+        params = _api.file_params(path, recursive=recursive)
         self._send("DELETE", "", params).close()
 
     def upload_dir(self, local: Union[str, "os.PathLike[str]"], remote: str) -> int:
         """Copy a local directory tree to ``remote``; returns the number of files."""
         n = 0
-        local = os.fspath(local)
-        self.mkdir(remote)
-        for root, dirs, files in os.walk(local):
-            rel = os.path.relpath(root, local)
-            base = remote.rstrip("/") if rel == "." else remote.rstrip("/") + "/" + rel.replace(os.sep, "/")
-            for d in sorted(dirs):
-                self.mkdir(f"{base}/{d}")
-            for f in sorted(files):
-                with open(os.path.join(root, f), "rb") as fh:
-                    self.write(f"{base}/{f}", fh)
-                n += 1
+        for _kind, dst, src in _api.upload_plan(os.fspath(local), remote):
+            if src is None:
+                self.mkdir(dst)
+                continue
+            with open(src, "rb") as fh:
+                self.write(dst, fh)
+            n += 1
         return n
 
     def download_dir(self, remote: str, local: Union[str, "os.PathLike[str]"]) -> int:
@@ -772,9 +758,11 @@ class Builds:
         return Build.from_json(self._client._t.json(Request("POST", "/v1/templates/builds", json=dict(spec))))
 
     def get(self, build_id: str) -> Build:
+        """A build by id, with its state and step reports."""
         return Build.from_json(self._client._t.json(Request("GET", f"/v1/templates/builds/{_api.esc(build_id)}")))
 
     def list(self, limit: Optional[int] = None) -> List[Build]:
+        """The org's builds, newest first."""
         params: _api.Params = [("limit", str(limit))] if limit else []
         d = self._client._t.json(Request("GET", "/v1/templates/builds", params=params))
         return [Build.from_json(b) for b in d.get("builds") or []]
@@ -810,6 +798,7 @@ class Templates:
         self.builds = Builds(client)
 
     def list(self) -> List[Template]:
+        """Every template of the installation."""
         d = self._client._t.json(Request("GET", "/v1/templates"))
         return [Template.from_json(t) for t in d.get("templates") or []]
 
@@ -841,6 +830,7 @@ class Orgs:
         self._client = client
 
     def get(self, org_id: str) -> Dict[str, Any]:
+        """An org with its features, quotas and usage."""
         return cast(Dict[str, Any], self._client._t.json(Request("GET", f"/v1/orgs/{_api.esc(org_id)}")))
 
     def update(self, org_id: str, *, features: Optional[Sequence[str]] = None,
@@ -874,6 +864,7 @@ class Airlock:
         self.close()
 
     def close(self) -> None:
+        """Release the HTTP connections (unless an http_client was passed in)."""
         if self._t.owns_http:
             self._t.http.close()
 
