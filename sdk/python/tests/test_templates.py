@@ -51,7 +51,8 @@ def _oci_archive(files: dict) -> bytes:
 
 
 def test_build_with_progress_events(client: airlock.Airlock, run_id: str) -> None:
-    files = _tar({"hello.txt": b"copied\n"})
+    # run_id makes every step new: the build cache (shared in CI) would skip a known one
+    files = _tar({"hello.txt": f"copied {run_id}\n".encode()})
     h = client.templates.builds.upload_file(files)
     assert client.templates.builds.has_file(h)
     events: List[airlock.BuildEvent] = []
@@ -60,16 +61,16 @@ def test_build_with_progress_events(client: airlock.Airlock, run_id: str) -> Non
         "name": name, "tag": "1", "from": "base",
         "steps": [{"kind": "COPY", "args": ["/opt/app/"], "files_hash": h, "chown": "user",
                    "text": "COPY --chown=user . /opt/app/"},
-                  {"kind": "RUN", "args": ["echo built-by-sdk; cat /opt/app/hello.txt > /home/user/built.txt"],
-                   "text": "RUN echo built-by-sdk"}],
+                  {"kind": "RUN", "args": [f"echo built-by-sdk-{run_id}; cat /opt/app/hello.txt > /home/user/built.txt"],
+                   "text": f"RUN echo built-by-sdk-{run_id}"}],
     }, on_event=events.append)
     assert b.state == "ready", b
     types = {e.type for e in events}
     assert "step" in types and "done" in types, [(e.type, e.text) for e in events]
-    assert any(e.type == "output" and "built-by-sdk" in e.text for e in events)
+    assert any(e.type == "output" and f"built-by-sdk-{run_id}" in e.text for e in events), events
     try:
         with client.sandboxes.create(template=f"{name}:1") as sb:
-            assert sb.files.read("/home/user/built.txt") == b"copied\n"
+            assert sb.files.read("/home/user/built.txt") == f"copied {run_id}\n".encode()
     finally:
         client.templates.delete(f"{name}:1")
     with pytest.raises(airlock.NotFound):
