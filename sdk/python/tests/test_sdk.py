@@ -270,3 +270,14 @@ def test_output_survives_a_suspend_mid_command(sandbox: airlock.Sandbox) -> None
     assert not errors, errors
     assert "1\n" + rest == "".join(f"{i}\n" for i in range(1, 9))
     assert h.result is not None and h.result.exit_code == 0
+
+
+def test_idempotency_key_returns_the_first_sandbox(client: airlock.Airlock, run_id: str) -> None:
+    a = client.sandboxes.create(template="base", idempotency_key=f"sdkpy-{run_id}", metadata={"idem": run_id})
+    try:
+        b = client.sandboxes.create(template="base", idempotency_key=f"sdkpy-{run_id}", metadata={"idem": run_id})
+        assert b.id == a.id
+        assert a.operation is not None and b.operation is not None and b.operation.id == a.operation.id
+        assert [s.id for s in client.sandboxes.list(metadata={"idem": run_id})] == [a.id]
+    finally:
+        a.delete()
