@@ -65,6 +65,7 @@ go test -p 1 -count=1 -timeout 60m "$@" ./...
 if [ $# -eq 0 ]; then
   export AIRLOCK_TEST_CACHE=$cache
   ./sdk/typescript/test.sh
+  ./sdk/python/test.sh
   ./templates/code-interpreter/server/test.sh
   ./scripts/fuzz.sh
 fi
