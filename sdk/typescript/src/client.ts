@@ -10,7 +10,7 @@ import { Files, type FilesSession } from './files.js';
 
 /** Options of the {@link Airlock} client. */
 export interface AirlockOptions {
-  /** The server's URL, e.g. `http://127.0.0.1:8080` (default: env `AIRLOCK_URL`). */
+  /** The server's URL, e.g. `http://127.0.0.1:7070` (default: env `AIRLOCK_URL`). */
   url?: string;
   /** An API key, `al_…` (default: env `AIRLOCK_API_KEY`). */
   apiKey?: string;

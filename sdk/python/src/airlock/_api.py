@@ -12,7 +12,7 @@ from urllib.parse import quote, urlsplit, urlunsplit, urlencode, parse_qsl
 from ._errors import AirlockError, Unavailable
 from ._models import CommandResult, OutputEvent
 
-DEFAULT_URL = "http://127.0.0.1:8080"
+DEFAULT_URL = "http://127.0.0.1:7070"
 #: How often a dropped attachment is re-attached without progress (as the Go client).
 ATTACH_RETRIES = 5
 #: The largest frame payload the data plane takes.
