@@ -105,7 +105,7 @@ var commands = []*command{
 	sandboxNetworkCmd,
 	networkProfileSetCmd, networkProfileListCmd, networkProfileRemoveCmd,
 	secretSetCmd, secretListCmd, secretRemoveCmd,
-	benchCmd,
+	benchCmd, mcpCmd,
 }
 
 // aliases maps alternative names to command names.

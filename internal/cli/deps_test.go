@@ -24,7 +24,7 @@ func TestLinksOnlyTheClient(t *testing.T) {
 				continue
 			}
 			switch strings.SplitN(rest, "/", 2)[0] {
-			case "cli", "bench", "client", "model", "agentapi", "httperr", "dockerfile": // httperr: the error wire mapping (model + stdlib); dockerfile: the build frontend (model + BuildKit's parser)
+			case "cli", "bench", "client", "model", "agentapi", "httperr", "dockerfile", "mcp": // httperr: the error wire mapping (model + stdlib); dockerfile: the build frontend (model + BuildKit's parser)
 			case "api":
 				if rest != "api/apitypes" {
 					t.Errorf("%s links %s", pkg, dep)
