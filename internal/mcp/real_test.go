@@ -17,7 +17,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/airlock/airlock/internal/client"
+	"github.com/airlock/airlock/client"
 )
 
 // These tests run `airlock mcp` against a real `airlock up`, as root.

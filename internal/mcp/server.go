@@ -20,7 +20,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/airlock/airlock/internal/client"
+	"github.com/airlock/airlock/client"
 )
 
 // Path is where the streamable HTTP transport is served.
