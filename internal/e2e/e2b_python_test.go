@@ -73,11 +73,11 @@ func TestE2BPythonSDK(t *testing.T) {
 // pytestCounts parses pytest's final summary ("40 passed, 2 skipped in 3.1s").
 func pytestCounts(out string) map[string]int {
 	counts := map[string]int{}
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) == 0 {
+	summary := regexp.MustCompile(`(?m)^=*\s*\d+ (passed|failed|skipped|xfailed|xpassed|errors?|deselected|warnings?)\b.* in [0-9.]+s\b.*$`).FindAllString(out, -1)
+	if len(summary) == 0 {
 		return counts
 	}
-	last := lines[len(lines)-1]
+	last := summary[len(summary)-1]
 	for _, m := range regexp.MustCompile(`(\d+) (passed|failed|skipped|xfailed|xpassed|errors?|deselected|warnings?)`).FindAllStringSubmatch(last, -1) {
 		n, _ := strconv.Atoi(m[1])
 		counts[m[2]] += n

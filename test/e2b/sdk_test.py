@@ -122,6 +122,12 @@ def env(request):
             pass
 
     e.loop.run_until_complete(teardown())
+    # Background commands left running (web servers, timeout=0) keep their
+    # async handles' stream tasks pending: end them before the loop closes.
+    pending = asyncio.all_tasks(e.loop)
+    for task in pending:
+        task.cancel()
+    e.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
     e.loop.close()
 
 
