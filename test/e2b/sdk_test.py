@@ -124,10 +124,13 @@ def env(request):
     e.loop.run_until_complete(teardown())
     # Background commands left running (web servers, timeout=0) keep their
     # async handles' stream tasks pending: end them before the loop closes.
-    pending = asyncio.all_tasks(e.loop)
-    for task in pending:
-        task.cancel()
-    e.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+    async def drain():
+        pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    e.loop.run_until_complete(drain())
     e.loop.close()
 
 
