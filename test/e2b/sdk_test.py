@@ -1,4 +1,4 @@
-# The unmodified E2B Python SDK (PyPI e2b, pinned as e2bPythonVersion in
+# The unmodified E2B Python SDK (package e2b, pinned as e2bPythonVersion in
 # internal/e2e/e2b_template_test.go) against a real Airlock: the scenario of
 # test/e2b/sdk.test.mjs, test by test, run twice — with the sync client
 # (e2b.Sandbox) and with the async client (e2b.AsyncSandbox). Run by
