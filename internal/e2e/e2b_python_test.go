@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -87,48 +86,8 @@ func pytestCounts(out string) map[string]int {
 
 // e2bPytestPython returns the python of a virtualenv in the test cache with
 // e2b == e2bPythonVersion and pytest == pytestVersion (made once per
-// machine), or skips naming what is missing. makeVenv installs one
-// requirement, so this venv has its own maker.
+// machine), or skips naming what is missing.
 func e2bPytestPython(t *testing.T) string {
 	t.Helper()
-	name := "venv-e2b-pytest-" + e2bPythonVersion + "-" + pytestVersion
-	venvMu.Lock()
-	defer venvMu.Unlock()
-	if bin, ok := venvBins[name]; ok {
-		return bin
-	}
-	if err, ok := venvErrs[name]; ok {
-		t.Skip(err)
-	}
-	bin, skip := makeVenvReqs(name, "e2b=="+e2bPythonVersion, "pytest=="+pytestVersion)
-	if skip != "" {
-		venvErrs[name] = skip
-		t.Skip(skip)
-	}
-	venvBins[name] = bin
-	return bin
-}
-
-func makeVenvReqs(name string, reqs ...string) (bin, skip string) {
-	python, err := exec.LookPath("python3")
-	if err != nil {
-		return "", "SKIP: python3 is not installed; the Python SDK test needs it"
-	}
-	venv := filepath.Join(cacheDir(), name)
-	bin = filepath.Join(venv, "bin", "python")
-	if _, err := os.Stat(filepath.Join(venv, ".done")); err == nil {
-		return bin, ""
-	}
-	os.RemoveAll(venv)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	if out, err := exec.CommandContext(ctx, python, "-m", "venv", venv).CombinedOutput(); err != nil {
-		return "", "SKIP: python3 -m venv failed (install python3-venv): " + strings.TrimSpace(string(out))
-	}
-	args := append([]string{"-m", "pip", "install", "-q", "--disable-pip-version-check"}, reqs...)
-	if out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput(); err != nil {
-		return "", "SKIP: pip install " + strings.Join(reqs, " ") + " failed (is the Python package registry reachable?): " + strings.TrimSpace(string(out))
-	}
-	os.WriteFile(filepath.Join(venv, ".done"), nil, 0o644)
-	return bin, ""
+	return venvPython(t, "venv-e2b-pytest-"+e2bPythonVersion+"-"+pytestVersion, "e2b=="+e2bPythonVersion, "pytest=="+pytestVersion)
 }

@@ -93,7 +93,7 @@ func e2bPython(t *testing.T) string {
 // venvPython returns the python of a virtualenv named name in the test
 // cache with pkg installed (made once per machine); it skips, naming what
 // is missing, where that cannot be done.
-func venvPython(t *testing.T, name, pkg string) string {
+func venvPython(t *testing.T, name string, reqs ...string) string {
 	t.Helper()
 	venvMu.Lock()
 	defer venvMu.Unlock()
@@ -103,7 +103,7 @@ func venvPython(t *testing.T, name, pkg string) string {
 	if err, ok := venvErrs[name]; ok {
 		t.Skip(err)
 	}
-	bin, err := makeVenv(name, pkg)
+	bin, err := makeVenv(name, reqs...)
 	if err != "" {
 		venvErrs[name] = err
 		t.Skip(err)
@@ -118,7 +118,7 @@ var (
 	venvErrs = map[string]string{}
 )
 
-func makeVenv(name, pkg string) (bin, skip string) {
+func makeVenv(name string, reqs ...string) (bin, skip string) {
 	python, err := exec.LookPath("python3")
 	if err != nil {
 		return "", "SKIP: python3 is not installed; the Python SDK test needs it"
@@ -134,8 +134,9 @@ func makeVenv(name, pkg string) (bin, skip string) {
 	if out, err := exec.CommandContext(ctx, python, "-m", "venv", venv).CombinedOutput(); err != nil {
 		return "", "SKIP: python3 -m venv failed (install python3-venv): " + strings.TrimSpace(string(out))
 	}
-	if out, err := exec.CommandContext(ctx, bin, "-m", "pip", "install", "-q", "--disable-pip-version-check", pkg).CombinedOutput(); err != nil {
-		return "", "SKIP: pip install " + pkg + " failed (is the Python package registry reachable?): " + strings.TrimSpace(string(out))
+	args := append([]string{"-m", "pip", "install", "-q", "--disable-pip-version-check"}, reqs...)
+	if out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput(); err != nil {
+		return "", "SKIP: pip install " + strings.Join(reqs, " ") + " failed (is the Python package registry reachable?): " + strings.TrimSpace(string(out))
 	}
 	os.WriteFile(filepath.Join(venv, ".done"), nil, 0o644)
 	return bin, ""
