@@ -205,6 +205,39 @@ func TestSuspendWake(t *testing.T) {
 	}
 }
 
+// TestWorkerWakeWaitsForSuspendToSettle: a worker asks for a wake as soon
+// as its own suspend is done, before its sync has told the server; the
+// wake waits for the suspend to be recorded instead of being refused.
+func TestWorkerWakeWaitsForSuspendToSettle(t *testing.T) {
+	e := newEnv(t)
+	w := e.worker("w1")
+	w.register(baseTemplate)
+	e.runningSandbox(w, "sb1")
+	suspend := e.mustLifecycle(model.OpSuspend, "sb1")
+	e.reconcile()
+	resp := w.sync(-1, 0, workerapi.Observed{SandboxID: "sb1", State: model.StateRunning})
+	type result struct {
+		op  model.Operation
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		op, err := e.c.Wake(e.ctx, "w1", workerapi.WakeRequest{SandboxID: "sb1"})
+		done <- result{op, err}
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("wake answered before the suspend was recorded: %+v %v", r.op, r.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	w.sync(resp.Version, 0, workerapi.Observed{SandboxID: "sb1", State: model.StateSuspended, SnapshotID: "snap-1", SnapshotBytes: 1})
+	e.wantOp(suspend.ID, model.OpSucceeded, "")
+	r := <-done
+	if r.err != nil || r.op.Kind != model.OpWake {
+		t.Fatalf("wake after the suspend settled: %+v %v; want a wake operation", r.op, r.err)
+	}
+}
+
 func TestWakeDeleted(t *testing.T) {
 	e := newEnv(t)
 	_, err := e.lifecycleOp(model.OpWake, "nope")

@@ -694,6 +694,10 @@ func secretsDigest(m map[string]string) [32]byte {
 	return out
 }
 
+// wakeSettleWait bounds how long Wake waits for a sandbox on its way to
+// suspended or paused to get there before it can be woken.
+const wakeSettleWait = 10 * time.Second
+
 // Wake wakes (or resumes) a sandbox assigned to worker wid because a
 // data-plane request arrived for it, or returns the operation already
 // taking it to running. model.ErrConflict when the sandbox opted out of
@@ -706,11 +710,33 @@ func (c *Controller) Wake(ctx context.Context, wid string, req workerapi.WakeReq
 	if err != nil {
 		return model.Operation{}, fmt.Errorf("controller: wake %s: get sandbox: %w", req.SandboxID, err)
 	}
-	op, started, err := service.StartLifecycle(ctx, c.st, c.ev, service.LifecycleRequest{
-		SandboxID: sb.ID, Kind: model.OpWake, Join: true, RespectNoAutoWake: true,
-		Reason: "auto-wake: data-plane request on worker " + wid, Now: c.now(), Deadline: c.cfg.OperationDeadline,
-		Guard: service.WakeQuotaGuard(ctx, c.st),
-	})
+	// The worker asks as soon as its own suspend (or pause) is done, which
+	// can be before this server has recorded it: while the sandbox is still
+	// on its way to suspended or paused, wait for that to settle (at most
+	// wakeSettleWait) instead of refusing a wake that would be valid a
+	// moment later.
+	var op model.Operation
+	var started bool
+	settle := time.Now().Add(wakeSettleWait)
+	for {
+		op, started, err = service.StartLifecycle(ctx, c.st, c.ev, service.LifecycleRequest{
+			SandboxID: sb.ID, Kind: model.OpWake, Join: true, RespectNoAutoWake: true,
+			Reason: "auto-wake: data-plane request on worker " + wid, Now: c.now(), Deadline: c.cfg.OperationDeadline,
+			Guard: service.WakeQuotaGuard(ctx, c.st),
+		})
+		if err == nil || !errors.Is(err, model.ErrConflict) || time.Now().After(settle) {
+			break
+		}
+		cur, gerr := c.st.GetSandbox(ctx, sb.ID)
+		if gerr != nil || cur.State == cur.DesiredState || cur.DesiredState != model.StateSuspended && cur.DesiredState != model.StatePaused {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return model.Operation{}, err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 	if err != nil {
 		return model.Operation{}, err
 	}

@@ -109,6 +109,7 @@ func up(ctx context.Context, args []string) error {
 	shipped := fs.String("build-templates", defaultShipped, shippedUsage)
 	capf := addCapacityFlags(fs)
 	deadline := fs.Duration("operation-deadline", 0, "how long a lifecycle operation may take (0: 30m)")
+	e2bDomain := fs.String("e2b-domain", os.Getenv("AIRLOCK_E2B_DOMAIN"), "sandbox domain E2B answers name, for <port>-<id>.<domain> hosts behind wildcard DNS (or $AIRLOCK_E2B_DOMAIN; default: the host a request came to)")
 	quotas := addQuotaFlags(fs)
 	eg := addEgressFlags(fs)
 	metricsAddr := addMetricsFlag(fs)
@@ -182,6 +183,7 @@ func up(ctx context.Context, args []string) error {
 		ln.Close()
 		return err
 	}
+	srv.e2b.SetDomain(*e2bDomain)
 	url := scheme + "://" + ln.Addr().String()
 	errc := make(chan error, 2)
 	go func() { errc <- srv.serve(ctx, ln) }()
@@ -262,6 +264,7 @@ func serverCmd(ctx context.Context, args []string) error {
 	grace := fs.Duration("signing-key-grace", controller.DefaultKeyGrace, "how long the previous data-plane key stays valid after --rotate-signing-key")
 	forget := fs.String("forget-worker", "", "comma-separated worker `ids` whose credentials to drop at start, so that they can register anew (with the join token) after losing <data-dir>/worker.secret")
 	deadline := fs.Duration("operation-deadline", 0, "how long a lifecycle operation may take (0: 30m)")
+	e2bDomain := fs.String("e2b-domain", os.Getenv("AIRLOCK_E2B_DOMAIN"), "sandbox domain E2B answers name, for <port>-<id>.<domain> hosts behind wildcard DNS (or $AIRLOCK_E2B_DOMAIN; default: the host a request came to)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	metricsAddr := addMetricsFlag(fs)
 	var warm warmFlag
@@ -296,6 +299,9 @@ func serverCmd(ctx context.Context, args []string) error {
 	}
 	defer st.Close()
 	srv, err := newServer(ctx, st, *workerToken, *deadline, log, now, quotas.apply)
+	if err == nil {
+		srv.e2b.SetDomain(*e2bDomain)
+	}
 	if err != nil {
 		return err
 	}

@@ -78,7 +78,11 @@ type Options struct {
 	LocalWorker func(workerID string) http.Handler
 	// MaxInflightPerSandbox caps the requests the router carries to one
 	// sandbox at once; one more is answered 429 (0: MaxInflightPerSandbox).
-	MaxInflightPerSandbox int
+	MaxInflightPerSandbox int	// Domain is the sandbox domain create, connect and get answer (the
+	// SDKs build "<port>-<sandboxID>.<Domain>" hosts from it): the name
+	// under which wildcard DNS (and TLS) reach this server. Empty: the
+	// host the request came to (see (*server).domain).
+	Domain string
 }
 
 // Adapter is the E2B compatibility layer of one server.
@@ -99,6 +103,11 @@ func New(svc *service.Service, o Options) *Adapter {
 	return &Adapter{s: s, rt: rt, api: newAPI(s)}
 }
 
+// SetDomain sets Options.Domain; call it before the adapter serves.
+func (a *Adapter) SetDomain(d string) {
+	a.s.domainName = strings.ToLower(strings.TrimSuffix(d, "."))
+}
+
 // API returns the handler of E2B's control-plane REST API. Unknown paths
 // answer an E2B 404.
 func (a *Adapter) API() http.Handler { return a.api }
@@ -113,12 +122,13 @@ type server struct {
 	log        *slog.Logger
 	key        func(ctx context.Context) ([]byte, error)
 	createWait time.Duration
+	domainName string
 	// envdGet fetches an envd path of a running sandbox (nil: metrics are []).
 	envdGet func(ctx context.Context, sb model.Sandbox, path string) ([]byte, error)
 }
 
 func newServer(svc *service.Service, o Options) *server {
-	s := &server{svc: svc, log: o.Logger, key: o.SigningKey, createWait: o.CreateWait}
+	s := &server{svc: svc, log: o.Logger, key: o.SigningKey, createWait: o.CreateWait, domainName: strings.ToLower(strings.TrimSuffix(o.Domain, "."))}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -181,6 +191,8 @@ var unsupported = []struct{ pattern, what string }{
 	{"POST /sandboxes/{id}/fork", "fork"},
 	{"/volumes", "volumes"},
 	{"/volumes/", "volumes"},
+	{"/volumecontent", "volumes"},
+	{"/volumecontent/", "volumes"},
 	{"/secrets", "secrets"},
 	{"/secrets/", "secrets"},
 	{"/teams", "teams (Airlock has orgs; see `airlock org`)"},

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -268,8 +269,15 @@ func TestCreateGetListKill(t *testing.T) {
 	if md, _ := raw["metadata"].(map[string]any); md["team"] != "a" || len(md) != 2 {
 		t.Errorf("metadata = %v; want the two pairs given", raw["metadata"])
 	}
-	if sb.EnvdAccessToken == "" || sb.EnvdVersion != EnvdVersion || sb.Domain != nil || sb.TrafficAccessToken != nil {
+	if sb.EnvdAccessToken == "" || sb.EnvdVersion != EnvdVersion || sb.TrafficAccessToken != nil {
 		t.Errorf("create answer = %+v", sb)
+	}
+	// The server is reached at 127.0.0.1:<port>: the domain is localhost:<port>.
+	if _, port, _ := net.SplitHostPort(strings.TrimPrefix(e.srv.URL, "http://")); sb.Domain == nil || *sb.Domain != "localhost:"+port {
+		t.Errorf("create answer domain = %v; want localhost:%s", sb.Domain, port)
+	}
+	if d, _ := raw["domain"].(string); sb.Domain != nil && d != *sb.Domain {
+		t.Errorf("get answer domain = %q; want %q as create answered", d, *sb.Domain)
 	}
 	if got := e.do("POST", "/sandboxes/"+sb.SandboxID+"/connect", `{"timeout":10}`); got.status != 200 {
 		t.Fatalf("connect running: %d %s", got.status, got.body)
@@ -322,6 +330,86 @@ func TestCreateGetListKill(t *testing.T) {
 	wantError(t, e.do("POST", "/v2/sandboxes/"+sb.SandboxID+"/connect", "{}"), 404, "not found")
 }
 
+// TestListOrderAndFiltersBeforePaging: order (newest first by default),
+// template and startedAfter narrow the list before it is paged, so a page
+// of one is never empty while matches remain; metadata is decoded as the
+// SDKs encode it (percent-encoded pairs, encoded again as the parameter).
+func TestListOrderAndFiltersBeforePaging(t *testing.T) {
+	e := newEnv(t)
+	if err := e.st.PutTemplate(e.ctx, model.Template{Name: "other", Tag: "latest", Digest: baseDigest, SizeBytes: 1, CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i, tpl := range []string{"other", "base", "other", "base", "other"} {
+		md := fmt.Sprintf(`{"i":"%d"}`, i)
+		if i == 3 {
+			md = `{"a b&c=d":"x/y%z+1"}`
+		}
+		ids = append(ids, e.create(`{"templateID":"`+tpl+`","metadata":`+md+`}`).SandboxID)
+		e.advance(time.Second)
+	}
+	t0 := e.now().Add(-3 * time.Second) // sandboxes 2, 3 and 4 start at or after it
+	page := func(query string) []string {
+		t.Helper()
+		var all []string
+		next := ""
+		for range 10 {
+			q := query
+			if next != "" {
+				q += "&nextToken=" + url.QueryEscape(next)
+			}
+			r := e.do("GET", "/v2/sandboxes?limit=1"+q, "")
+			if r.status != 200 {
+				t.Fatalf("list %s: %d %s", q, r.status, r.body)
+			}
+			var got []listedSandbox
+			r.json(t, &got)
+			if len(got) == 0 && r.header.Get("X-Next-Token") != "" {
+				t.Fatalf("list %s: an empty page with a next token", q)
+			}
+			for _, s := range got {
+				all = append(all, s.SandboxID)
+			}
+			if next = r.header.Get("X-Next-Token"); next == "" {
+				return all
+			}
+		}
+		t.Fatalf("list %s: more than 10 pages", query)
+		return nil
+	}
+	rev := func(xs ...string) []string { out := slices.Clone(xs); slices.Reverse(out); return out }
+	// What the JS SDK sends: encodeURIComponent on each key and value, then
+	// URLSearchParams, then the query parameter's own encoding.
+	sdkMeta := url.QueryEscape(url.Values{url.PathEscape("a b&c=d"): {url.QueryEscape("x/y%z+1")}}.Encode())
+	for _, tc := range []struct {
+		query string
+		want  []string
+	}{
+		{"", rev(ids...)},
+		{"&order=desc", rev(ids...)},
+		{"&order=asc", ids},
+		{"&template=other", []string{ids[4], ids[2], ids[0]}},
+		{"&template=team%2Fbase&order=asc", []string{ids[1], ids[3]}},
+		{"&startedAfter=" + url.QueryEscape(t0.Format(time.RFC3339Nano)) + "&order=asc", ids[2:]},
+		{"&startedAfter=" + url.QueryEscape(t0.Format(time.RFC3339Nano)) + "&template=other", []string{ids[4], ids[2]}},
+		{"&metadata=" + sdkMeta, []string{ids[3]}},
+		{"&metadata=" + url.QueryEscape("i=1"), []string{ids[1]}},
+	} {
+		if got := page(tc.query); fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("list%s = %v; want %v", tc.query, got, tc.want)
+		}
+	}
+	wantError(t, e.do("GET", "/v2/sandboxes?order=sideways", ""), 400, "order")
+	wantError(t, e.do("GET", "/v2/sandboxes?startedAfter=yesterday", ""), 400, "RFC 3339")
+	// A cursor of one order is refused by the other.
+	r := e.do("GET", "/v2/sandboxes?limit=1", "")
+	if tok := r.header.Get("X-Next-Token"); tok == "" {
+		t.Fatal("no next token on a page of one of five")
+	} else if got := e.do("GET", "/v2/sandboxes?limit=1&order=asc&nextToken="+url.QueryEscape(tok), ""); got.status != 400 {
+		t.Errorf("a newest-first cursor with order=asc: %d %s; want 400", got.status, got.body)
+	}
+}
+
 func TestCreateRejects(t *testing.T) {
 	e := newEnv(t)
 	for _, tc := range []struct {
@@ -335,7 +423,6 @@ func TestCreateRejects(t *testing.T) {
 		{`{"templateID":"base","network":{"allowOut":"1.1.1.1"}}`, 400, "network.allowOut"},
 		{`{"templateID":"base","network":{"denyOut":["evil.example.com"]}}`, 400, "network"},
 		{`{"templateID":"base","volumeMounts":[{"name":"v","path":"/v"}]}`, 501, "volume"},
-		{`{"templateID":"base","autoResume":{"enabled":true}}`, 501, "autoResume"},
 		{`{"templateID":"base","metadata":{"airlock.e2b.x":"1"}}`, 400, "reserved"},
 		{`{"templateID":`, 400, "JSON"},
 	} {
@@ -633,5 +720,23 @@ func TestExpirySuspendsAutoPause(t *testing.T) {
 	}
 	if !suspend || got.ExpiresAt != nil {
 		t.Fatalf("after expiry: suspend operation %v, expires_at %v; want a suspend and no expiry", suspend, got.ExpiresAt)
+	}
+}
+
+// TestConfiguredDomain: an operator's sandbox domain is what create and
+// get answer, whatever host the request came to.
+func TestConfiguredDomain(t *testing.T) {
+	e := newEnv(t)
+	e.a.SetDomain("Sandboxes.Example.TEST.")
+	sb := e.create(`{"templateID":"base"}`)
+	if sb.Domain == nil || *sb.Domain != "sandboxes.example.test" {
+		t.Fatalf("create domain = %v; want sandboxes.example.test", sb.Domain)
+	}
+	var d struct {
+		Domain *string `json:"domain"`
+	}
+	e.do("GET", "/sandboxes/"+sb.SandboxID, "").json(t, &d)
+	if d.Domain == nil || *d.Domain != "sandboxes.example.test" {
+		t.Fatalf("get domain = %v; want sandboxes.example.test", d.Domain)
 	}
 }

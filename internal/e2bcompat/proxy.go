@@ -154,6 +154,36 @@ func (rt *router) wrap(next http.Handler) http.Handler {
 	})
 }
 
+// wakeForTraffic wakes sb (created with autoResume) for the request and
+// waits, at most the adapter's create wait, until it runs on a worker.
+func (rt *router) wakeForTraffic(ctx context.Context, sb model.Sandbox) (model.Sandbox, error) {
+	if err := rt.s.svc.WakeForTraffic(ctx, sb, "sandbox traffic"); err != nil {
+		return sb, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, rt.s.createWait)
+	defer cancel()
+	delay := 50 * time.Millisecond
+	for {
+		cur, err := rt.s.svc.Route(ctx, sb.ID)
+		if err != nil {
+			return sb, err
+		}
+		switch {
+		case cur.State == model.StateRunning && cur.WorkerID != "":
+			return cur, nil
+		case e2bState(cur) == "" || cur.State == model.StatePaused && cur.DesiredState == model.StatePaused:
+			// gone, failed, or paused again by someone else
+			return cur, fmt.Errorf("the sandbox is %s; resume it with Sandbox.connect", cur.State)
+		}
+		select {
+		case <-ctx.Done():
+			return cur, fmt.Errorf("the sandbox did not wake within %s; retry or resume it with Sandbox.connect", rt.s.createWait)
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 500*time.Millisecond)
+	}
+}
+
 func (rt *router) serve(w http.ResponseWriter, r *http.Request, t target) {
 	ctx := r.Context()
 	sb, err := rt.s.svc.Route(ctx, t.sandboxID)
@@ -189,6 +219,13 @@ func (rt *router) serve(w http.ResponseWriter, r *http.Request, t target) {
 		return
 	}
 	defer release()
+	if sb.State != model.StateRunning && !sb.NoAutoWake && (e2bState(sb) == "paused" || sb.State == model.StateWaking) {
+		// autoResume: the traffic wakes the sandbox and waits for it.
+		if sb, err = rt.wakeForTraffic(ctx, sb); err != nil {
+			writeSandboxError(w, t.sandboxID, http.StatusBadGateway, message(err))
+			return
+		}
+	}
 	if sb.State != model.StateRunning {
 		writeSandboxError(w, t.sandboxID, http.StatusBadGateway, fmt.Sprintf("The sandbox is %s; resume it with Sandbox.connect", e2bState(sb)))
 		return

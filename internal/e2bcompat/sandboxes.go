@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -188,7 +189,8 @@ func (s *server) envdToken(ctx context.Context, sb model.Sandbox) (string, error
 	return tok, nil
 }
 
-func (s *server) sandboxOut(ctx context.Context, sb model.Sandbox) (sandboxJSON, error) {
+func (s *server) sandboxOut(r *http.Request, sb model.Sandbox) (sandboxJSON, error) {
+	ctx := r.Context()
 	tok, err := s.envdToken(ctx, sb)
 	if err != nil {
 		return sandboxJSON{}, err
@@ -199,8 +201,40 @@ func (s *server) sandboxOut(ctx context.Context, sb model.Sandbox) (sandboxJSON,
 	}
 	return sandboxJSON{
 		SandboxID: sb.ID, TemplateID: sb.Template, Alias: alias(sb), ClientID: "airlock",
-		EnvdVersion: EnvdVersion, EnvdAccessToken: tok, TrafficAccessToken: traffic,
+		EnvdVersion: EnvdVersion, EnvdAccessToken: tok, TrafficAccessToken: traffic, Domain: s.domain(r),
 	}, nil
+}
+
+// domain is the sandbox domain of E2B answers, from which the SDKs build
+// "<port>-<sandboxID>.<domain>" hosts (getHost, envd and signed file URLs
+// when E2B_SANDBOX_URL is unset): Options.Domain when the operator set one,
+// else the name the client reached this server by (with its port; the
+// router accepts any such host), "localhost:<port>" for a loopback
+// address (*.localhost names the loopback), and nil for another address
+// (the SDK then uses E2B_DOMAIN), since "<port>-<id>.<IP>" names nothing.
+func (s *server) domain(r *http.Request) *string {
+	if s.domainName != "" {
+		d := s.domainName
+		return &d
+	}
+	host, port := r.Host, ""
+	if h, p, err := net.SplitHostPort(r.Host); err == nil {
+		host, port = h, p
+	}
+	if host == "" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		if !ip.IsLoopback() {
+			return nil
+		}
+		host = "localhost"
+	}
+	d := strings.ToLower(host)
+	if port != "" {
+		d = net.JoinHostPort(d, port)
+	}
+	return &d
 }
 
 // trafficToken is E2B's trafficAccessToken: the sandbox's traffic token,
@@ -373,9 +407,11 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p service.Princi
 		return notSupported("volume mounts are not supported by Airlock")
 	case len(req.IAM) > 0 && string(req.IAM) != "null" && string(req.IAM) != "{}":
 		return notSupported("IAM tokens are not supported by Airlock")
-	case req.AutoResume != nil && req.AutoResume.Enabled:
-		return notSupported("autoResume is not supported by Airlock yet (resume with Sandbox.connect)")
 	}
+	// autoResume maps onto Airlock's auto-wake: a paused (suspended)
+	// sandbox wakes on data-plane traffic. E2B's default, and so an
+	// omitted autoResume, is off: traffic to a paused sandbox fails.
+	autoWake := req.AutoResume != nil && req.AutoResume.Enabled
 	timeout := DefaultTimeout
 	if req.Timeout != nil {
 		timeout = *req.Timeout
@@ -400,7 +436,7 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p service.Princi
 	}
 	sb, op, err := s.svc.CreateSandbox(r.Context(), p, service.CreateParams{
 		Template: ref, Env: req.EnvVars, Metadata: md, TimeoutS: timeout, OnExpiry: onExpiry, PublicTraffic: public,
-		Network: egress,
+		Network: egress, AutoWake: &autoWake,
 	}, r.Header.Get("Idempotency-Key"))
 	if err != nil {
 		return err
@@ -409,7 +445,7 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p service.Princi
 	if err != nil {
 		return err
 	}
-	out, err := s.sandboxOut(r.Context(), sb)
+	out, err := s.sandboxOut(r, sb)
 	if err != nil {
 		return err
 	}
@@ -463,16 +499,28 @@ func (s *server) list(w http.ResponseWriter, r *http.Request, p service.Principa
 		f.States = append(f.States, as...)
 	}
 	if m := q.Get("metadata"); m != "" {
-		pairs, err := url.ParseQuery(m)
+		md, err := decodeMetadataQuery(m)
 		if err != nil {
-			return badRequest("metadata filter %q is not a URL-encoded key=value list: %v", m, err)
+			return err
 		}
-		f.Metadata = map[string]string{}
-		for k, v := range pairs {
-			if len(v) > 0 {
-				f.Metadata[k] = v[len(v)-1]
-			}
+		f.Metadata = md
+	}
+	switch o := q.Get("order"); o {
+	case "", "desc":
+		f.Descending = true // E2B's default: newest first
+	case "asc":
+	default:
+		return badRequest("order %q is not asc or desc", o)
+	}
+	if tpl := q.Get("template"); tpl != "" {
+		f.Templates = []string{templateRef(tpl)}
+	}
+	if v := q.Get("startedAfter"); v != "" {
+		after, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return badRequest("startedAfter %q is not an RFC 3339 time (e.g. 2026-01-02T15:04:05Z)", v)
 		}
+		f.CreatedAfter = after
 	}
 	f.Limit = 100
 	if l := q.Get("limit"); l != "" {
@@ -486,16 +534,9 @@ func (s *server) list(w http.ResponseWriter, r *http.Request, p service.Principa
 	if err != nil {
 		return err
 	}
-	tpl := q.Get("template")
-	var after time.Time
-	if v := q.Get("startedAfter"); v != "" {
-		if after, err = time.Parse(time.RFC3339Nano, v); err != nil {
-			return badRequest("startedAfter %q is not an RFC 3339 time", v)
-		}
-	}
 	out := make([]listedSandbox, 0, len(sbs))
 	for _, sb := range sbs {
-		if e2bState(sb) == "" || tpl != "" && tpl != sb.Template && tpl != alias(sb) || sb.CreatedAt.Before(after) {
+		if e2bState(sb) == "" {
 			continue
 		}
 		out = append(out, listed(sb))
@@ -505,6 +546,32 @@ func (s *server) list(w http.ResponseWriter, r *http.Request, p service.Principa
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// decodeMetadataQuery reads list's metadata filter as the SDKs encode it:
+// each key and value percent-encoded (JS encodeURIComponent, Python
+// quote), joined as a query string, which the query parameter encodes
+// again. One decoding is the query parameter's; this undoes the other two.
+// A key or value that is not percent-encoded (a hand-written filter with a
+// literal '%') is taken as it is.
+func decodeMetadataQuery(m string) (map[string]string, error) {
+	pairs, err := url.ParseQuery(m)
+	if err != nil {
+		return nil, badRequest("metadata filter %.200q is not a URL-encoded key=value list: %v", m, err)
+	}
+	unescape := func(s string) string {
+		if u, err := url.PathUnescape(s); err == nil {
+			return u
+		}
+		return s
+	}
+	md := make(map[string]string, len(pairs))
+	for k, v := range pairs {
+		if len(v) > 0 {
+			md[unescape(k)] = unescape(v[len(v)-1])
+		}
+	}
+	return md, nil
 }
 
 func (s *server) get(w http.ResponseWriter, r *http.Request, p service.Principal) error {
@@ -526,10 +593,10 @@ func (s *server) get(w http.ResponseWriter, r *http.Request, p service.Principal
 	}
 	internet, allowOut, denyOut := e2bEgress(sb)
 	writeJSON(w, http.StatusOK, sandboxDetail{
-		listedSandbox: listed(sb), EnvdAccessToken: tok, TrafficAccessToken: traffic,
+		listedSandbox: listed(sb), EnvdAccessToken: tok, TrafficAccessToken: traffic, Domain: s.domain(r),
 		AllowInternetAccess: internet,
 		Network:             networkJSON{AllowPublicTraffic: sb.PublicTraffic, AllowOut: allowOut, DenyOut: denyOut},
-		Lifecycle:           lifecycleJSON{OnTimeout: onTimeout},
+		Lifecycle:           lifecycleJSON{OnTimeout: onTimeout, AutoResume: !sb.NoAutoWake},
 	})
 	return nil
 }
@@ -702,7 +769,7 @@ func (s *server) connectOrResume(w http.ResponseWriter, r *http.Request, p servi
 			return err
 		}
 	}
-	out, err := s.sandboxOut(r.Context(), sb)
+	out, err := s.sandboxOut(r, sb)
 	if err != nil {
 		return err
 	}

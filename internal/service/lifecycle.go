@@ -75,6 +75,14 @@ func (s *Service) requestLifecycle(ctx context.Context, req LifecycleRequest) (m
 	return op, nil
 }
 
+// WakeForTraffic starts waking sb, paused or suspended, for sandbox
+// traffic that reached it (the E2B adapter's autoResume), or joins the
+// wake under way; model.ErrConflict when sb opted out of auto-wake. The
+// caller has authorized the traffic.
+func (s *Service) WakeForTraffic(ctx context.Context, sb model.Sandbox, what string) error {
+	return s.autoWake(ctx, sb, what)
+}
+
 // autoWake starts waking sb for a data-plane request (or joins the wake
 // already under way), unless sb opted out of auto-wake.
 func (s *Service) autoWake(ctx context.Context, sb model.Sandbox, what string) error {

@@ -64,8 +64,13 @@ type Created struct {
 type ListParams struct {
 	States   []model.SandboxState
 	Metadata map[string]string
-	Cursor   string
-	Limit    int
+	// Templates and CreatedAfter narrow the list before it is paged.
+	Templates    []string
+	CreatedAfter time.Time
+	Cursor       string
+	Limit        int
+	// Descending lists newest first (default: oldest first).
+	Descending bool
 }
 
 // CommandParams is a command to run: exactly one of Cmd (run by

@@ -237,7 +237,8 @@ func (s *Service) ListSandboxes(ctx context.Context, p Principal, f ListParams) 
 	if f.Limit == 0 {
 		f.Limit = DefaultListLimit
 	}
-	sf := store.SandboxFilter{OrgID: p.OrgID, States: f.States, Metadata: f.Metadata, Cursor: f.Cursor, Limit: f.Limit}
+	sf := store.SandboxFilter{OrgID: p.OrgID, States: f.States, Metadata: f.Metadata, Cursor: f.Cursor, Limit: f.Limit,
+		Templates: f.Templates, CreatedAfter: f.CreatedAfter, Descending: f.Descending}
 	for _, st := range f.States {
 		if !st.Valid() {
 			return nil, "", model.Errorf(model.ErrUnprocessable, "unknown state %q", st)

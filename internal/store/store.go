@@ -287,10 +287,18 @@ type SandboxFilter struct {
 	Metadata map[string]string
 	// IncludeDeleted includes tombstones (StateDeleted).
 	IncludeDeleted bool
+	// Templates matches sandboxes made from one of these templates (by the
+	// name they were created with).
+	Templates []string
+	// CreatedAfter, when set, matches sandboxes created at or after it.
+	CreatedAfter time.Time
 	// Cursor is the opaque value returned by the previous page; Limit caps the
-	// page (0 means 100). Pages are ordered by creation time, then id.
-	Cursor string
-	Limit  int
+	// page (0 means 100). Pages are ordered by creation time, then id: oldest
+	// first, or newest first with Descending. A cursor belongs to the order
+	// it was made in; used with the other it is invalid (model.ErrInvalid).
+	Cursor     string
+	Limit      int
+	Descending bool
 }
 
 // OperationFilter selects operations.

@@ -88,10 +88,11 @@ func fromJSON(s string, v any) error {
 type cursor struct {
 	CreatedAt time.Time `json:"t"`
 	ID        string    `json:"id"`
+	Desc      bool      `json:"d,omitempty"` // made for a newest-first listing
 }
 
-func encodeCursor(sb model.Sandbox) string {
-	b, _ := json.Marshal(cursor{CreatedAt: sb.CreatedAt.UTC(), ID: sb.ID})
+func encodeCursor(sb model.Sandbox, desc bool) string {
+	b, _ := json.Marshal(cursor{CreatedAt: sb.CreatedAt.UTC(), ID: sb.ID, Desc: desc})
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 

@@ -237,12 +237,33 @@ func (c *conn) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]mode
 		where = append(where, cond)
 		args = append(args, cargs...)
 	}
+	if len(f.Templates) > 0 {
+		where = append(where, "template IN ("+in(len(f.Templates))+")")
+		for _, t := range f.Templates {
+			args = append(args, t)
+		}
+	}
+	if !f.CreatedAfter.IsZero() {
+		where = append(where, "created_at >= ?")
+		args = append(args, c.d.Time(f.CreatedAfter))
+	}
+	order := "ORDER BY created_at, id"
+	if f.Descending {
+		order = "ORDER BY created_at DESC, id DESC"
+	}
 	if f.Cursor != "" {
 		cur, err := decodeCursor(f.Cursor)
 		if err != nil {
 			return nil, "", err
 		}
-		where = append(where, "(created_at, id) > (?, ?)")
+		if cur.Desc != f.Descending {
+			return nil, "", model.Errorf(model.ErrInvalid, "the page cursor was made for the other sort order")
+		}
+		if f.Descending {
+			where = append(where, "(created_at, id) < (?, ?)")
+		} else {
+			where = append(where, "(created_at, id) > (?, ?)")
+		}
 		args = append(args, c.d.Time(cur.CreatedAt), cur.ID)
 	}
 	limit := f.Limit
@@ -253,7 +274,7 @@ func (c *conn) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]mode
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	q += " ORDER BY created_at, id LIMIT ?"
+	q += " " + order + " LIMIT ?"
 	args = append(args, limit+1)
 	out, err := collect(ctx, c, "list sandboxes", scanSandbox, q, args...)
 	if err != nil {
@@ -262,7 +283,7 @@ func (c *conn) ListSandboxes(ctx context.Context, f store.SandboxFilter) ([]mode
 	next := ""
 	if len(out) > limit {
 		out = out[:limit]
-		next = encodeCursor(out[limit-1])
+		next = encodeCursor(out[limit-1], f.Descending)
 	}
 	return out, next, nil
 }

@@ -62,8 +62,9 @@ def airlock_env() -> Iterator[Tuple[str, str]]:
     tmp = Path(tempfile.mkdtemp(prefix="airlock-sdk-python-"))
     cache = os.environ.get("AIRLOCK_TEST_CACHE")
     if cache:
-        os.makedirs(os.path.join(cache, "build-cache"), exist_ok=True)
+        # Each shared directory must exist: a dangling link makes `airlock up`'s mkdir fail.
         for name in ("cache", "bin", "build-cache"):
+            os.makedirs(os.path.join(cache, name), exist_ok=True)
             os.symlink(os.path.join(cache, name), tmp / name)
     port = _free_port()
     url = f"http://127.0.0.1:{port}"

@@ -268,8 +268,9 @@ export class CommandHandle implements AsyncIterable<OutputEvent> {
           await att.opened;
         } catch (err) {
           // A re-attach can meet the lifecycle operation that cut the stream
-          // (a suspend still in progress): that 409 says to wait and retry.
-          const busy = reattach && err instanceof ConflictError && /in progress/.test(err.message);
+          // (a suspend still in progress or settling): that 409 says to wait
+          // and retry.
+          const busy = reattach && err instanceof ConflictError && /in progress|wait for it and retry/.test(err.message);
           if (this.#detached || !(busy || retryable(err)) || failures >= ATTACH_RETRIES) throw err;
           failures++;
           await sleep(failures * (busy ? 500 : 200));

@@ -50,8 +50,11 @@ export async function startAirlock() {
   const dir = mkdtempSync(join(tmpdir(), 'airlock-sdk-ts-'));
   const cache = process.env.AIRLOCK_TEST_CACHE;
   if (cache) {
-    mkdirSync(join(cache, 'build-cache'), { recursive: true });
-    for (const d of ['cache', 'bin', 'build-cache']) symlinkSync(join(cache, d), join(dir, d));
+    // Each shared directory must exist: a dangling link makes `airlock up`'s mkdir fail.
+    for (const d of ['cache', 'bin', 'build-cache']) {
+      mkdirSync(join(cache, d), { recursive: true });
+      symlinkSync(join(cache, d), join(dir, d));
+    }
   }
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;

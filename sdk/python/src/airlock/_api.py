@@ -356,7 +356,7 @@ def transient_while_suspending(err: BaseException) -> bool:
     """A 409 naming an operation in progress: after a 1013 close, the suspend
     is still being written; the re-attach retries until the wake can start."""
     from ._errors import Conflict
-    return isinstance(err, Conflict) and "in progress" in err.message
+    return isinstance(err, Conflict) and ("in progress" in err.message or "wait for it and retry" in err.message)
 
 
 def retryable(err: BaseException) -> bool:
