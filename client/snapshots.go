@@ -42,6 +42,12 @@ func (c *Client) ListCheckpoints(ctx context.Context, sandboxID string) ([]model
 	return out.Checkpoints, err
 }
 
+// DeleteCheckpoint deletes checkpoint name of the sandbox: nothing can
+// roll back to or fork from it afterwards, and its worker drops its bytes.
+func (c *Client) DeleteCheckpoint(ctx context.Context, sandboxID, name string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/sandboxes/"+url.PathEscape(sandboxID)+"/checkpoints/"+url.PathEscape(name), nil, nil, nil)
+}
+
 // RollbackSandbox asks for the sandbox's memory, processes and files to go
 // back to checkpoint checkpoint and returns the rollback operation; the
 // sandbox is running once it succeeds.

@@ -75,6 +75,7 @@ var routes = []route{
 	{"POST", "/v1/sandboxes/{id}/wake", true, (*server).wakeSandbox},
 	{"POST", "/v1/sandboxes/{id}/checkpoints", true, (*server).createCheckpoint},
 	{"GET", "/v1/sandboxes/{id}/checkpoints", true, (*server).listCheckpoints},
+	{"DELETE", "/v1/sandboxes/{id}/checkpoints/{name}", true, (*server).deleteCheckpoint},
 	{"GET", "/v1/sandboxes/{id}/checkpoints/{name}/export", true, (*server).exportCheckpoint},
 	{"POST", "/v1/sandboxes/{id}/rollback", true, (*server).rollbackSandbox},
 	{"POST", "/v1/sandboxes/{id}/commands", true, (*server).createCommand},

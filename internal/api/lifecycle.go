@@ -111,6 +111,15 @@ func (s *server) rollbackSandbox(w http.ResponseWriter, r *http.Request, p servi
 	return writeJSON(w, http.StatusAccepted, apitypes.OperationResponse{Operation: op})
 }
 
+// deleteCheckpoint serves DELETE /v1/sandboxes/{id}/checkpoints/{name}: 204.
+func (s *server) deleteCheckpoint(w http.ResponseWriter, r *http.Request, p service.Principal) error {
+	if err := s.svc.DeleteCheckpoint(r.Context(), p, r.PathValue("id"), r.PathValue("name")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
 // exportCheckpoint serves GET /v1/sandboxes/{id}/checkpoints/{name}/export:
 // the checkpoint's portable archive (application/x-tar), streamed from the
 // sandbox's worker. A failure after the first byte can only cut the stream

@@ -95,7 +95,7 @@ type command struct {
 var commands = []*command{
 	sandboxCreateCmd, sandboxListCmd, sandboxGetCmd, sandboxTokenCmd, sandboxRemoveCmd,
 	sandboxPauseCmd, sandboxResumeCmd, sandboxSuspendCmd, sandboxWakeCmd,
-	sandboxCheckpointCmd, sandboxCheckpointsCmd, sandboxRollbackCmd, sandboxForkCmd,
+	sandboxCheckpointCmd, sandboxCheckpointsCmd, sandboxCheckpointRmCmd, sandboxRollbackCmd, sandboxForkCmd,
 	sandboxExportCmd, sandboxImportCmd,
 	execCmd, shellCmd, cpCmd,
 	opWaitCmd, opGetCmd,

@@ -110,6 +110,28 @@ var sandboxCheckpointsCmd = &command{
 	},
 }
 
+var sandboxCheckpointRmCmd = &command{
+	name:    "sandbox checkpoint-rm",
+	args:    "<sandbox-id> <checkpoint>",
+	summary: "delete a checkpoint of a sandbox (from its record, then from its worker's disk)",
+	setup: func(fs *flag.FlagSet) func(context.Context, *runner, []string) error {
+		return func(ctx context.Context, r *runner, args []string) error {
+			if len(args) != 2 {
+				return usagef("sandbox checkpoint-rm", "want a sandbox id and a checkpoint name, got %d arguments", len(args))
+			}
+			c, err := r.client()
+			if err != nil {
+				return err
+			}
+			if err := c.DeleteCheckpoint(ctx, args[0], args[1]); err != nil {
+				return fmt.Errorf("delete checkpoint %s of %s: %w", args[1], args[0], err)
+			}
+			fmt.Fprintf(r.stdout, "deleted checkpoint %s of %s\n", args[1], args[0])
+			return nil
+		}
+	},
+}
+
 func printCheckpoints(w io.Writer, cps []model.Checkpoint) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tSIZE\tCREATED")

@@ -25,6 +25,7 @@ func TestSnapshotCommandsAgainstRealAPI(t *testing.T) {
 	for _, args := range [][]string{
 		{"sandbox", "checkpoint", id, "c1"},
 		{"sandbox", "checkpoints", id},
+		{"sandbox", "checkpoint-rm", id, "c1"},
 		{"sandbox", "rollback", id, "c1"},
 		{"sandbox", "fork", id, "c1"},
 		{"sandbox", "export", id, "c1", "-o", "-"},
@@ -54,6 +55,9 @@ func TestSnapshotCommandsAgainstRealAPI(t *testing.T) {
 	}
 	if code, _, errOut := e.run("sandbox", "fork", id, "nope", "--count", "2"); code != ExitError || !strings.Contains(errOut, `no checkpoint named "nope"`) {
 		t.Errorf("fork of an unknown checkpoint: exit %d, stderr %q", code, errOut)
+	}
+	if code, _, errOut := e.run("sandbox", "checkpoint-rm", id, "nope"); code != ExitError || !strings.Contains(errOut, `no checkpoint named "nope"`) {
+		t.Errorf("checkpoint-rm of an unknown checkpoint: exit %d, stderr %q", code, errOut)
 	}
 	if code, _, errOut := e.run("sandbox", "export", id, "nope"); code != ExitError || !strings.Contains(errOut, `no checkpoint named "nope"`) {
 		t.Errorf("export of an unknown checkpoint: exit %d, stderr %q", code, errOut)

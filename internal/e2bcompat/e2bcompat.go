@@ -78,7 +78,7 @@ type Options struct {
 	LocalWorker func(workerID string) http.Handler
 	// MaxInflightPerSandbox caps the requests the router carries to one
 	// sandbox at once; one more is answered 429 (0: MaxInflightPerSandbox).
-	MaxInflightPerSandbox int	// Domain is the sandbox domain create, connect and get answer (the
+	MaxInflightPerSandbox int // Domain is the sandbox domain create, connect and get answer (the
 	// SDKs build "<port>-<sandboxID>.<Domain>" hosts from it): the name
 	// under which wildcard DNS (and TLS) reach this server. Empty: the
 	// host the request came to (see (*server).domain).
@@ -176,6 +176,16 @@ var routes = []route{
 	{"GET /templates/{templateID}/builds/{buildID}/status", (*server).buildStatus},
 	{"GET /templates/{a}/{b}", (*server).templateGet},
 	{"POST /templates/tags", (*server).assignTags},
+	// Snapshots, forks and secrets (snapshots.go).
+	{"POST /sandboxes/{id}/snapshots", (*server).createSnapshot},
+	{"GET /snapshots", (*server).listSnapshots},
+	{"DELETE /templates/{templateID}", (*server).deleteTemplate},
+	{"POST /sandboxes/{id}/fork", (*server).fork},
+	{"POST /secrets", (*server).createSecret},
+	{"GET /secrets", (*server).listSecrets},
+	{"GET /secrets/{secretID}", (*server).getSecret},
+	{"POST /secrets/{secretID}", (*server).updateSecret},
+	{"DELETE /secrets/{secretID}", (*server).deleteSecret},
 }
 
 // unsupported are E2B endpoints Airlock does not implement: each answers
@@ -185,16 +195,12 @@ var unsupported = []struct{ pattern, what string }{
 	{"/templates/", "this template call (Airlock serves the SDKs' Template() builder, aliases and tags; list and delete templates with `airlock template`)"},
 	{"/v2/templates/", "this template call (Airlock serves the SDKs' Template() builder)"},
 	{"/v3/templates/", "this template call (Airlock serves the SDKs' Template() builder)"},
-	{"/snapshots", "persistent snapshots (use pause, which suspends the sandbox)"},
-	{"/snapshots/", "persistent snapshots (use pause, which suspends the sandbox)"},
-	{"POST /sandboxes/{id}/snapshots", "persistent snapshots (use pause, which suspends the sandbox)"},
-	{"POST /sandboxes/{id}/fork", "fork"},
+	{"/snapshots/", "this snapshot call (Airlock serves createSnapshot, listSnapshots, deleteSnapshot and fork)"},
 	{"/volumes", "volumes"},
 	{"/volumes/", "volumes"},
 	{"/volumecontent", "volumes"},
 	{"/volumecontent/", "volumes"},
-	{"/secrets", "secrets"},
-	{"/secrets/", "secrets"},
+	{"/secrets/", "this secrets call (Airlock serves create, list, get, update and delete)"},
 	{"/teams", "teams (Airlock has orgs; see `airlock org`)"},
 	{"/teams/", "teams (Airlock has orgs; see `airlock org`)"},
 	{"/access-tokens", "access tokens (create keys with `airlock key create --e2b`)"},

@@ -514,17 +514,64 @@ func TestUnsupportedAndUnknown(t *testing.T) {
 		{"DELETE", "/templates/tags", "template"},
 		{"DELETE", "/templates/base", "template"},
 		{"GET", "/templates", "template"},
-		{"POST", "/sandboxes/" + sb.SandboxID + "/fork", "fork"},
-		{"POST", "/sandboxes/" + sb.SandboxID + "/snapshots", "snapshots"},
-		{"GET", "/snapshots", "snapshots"},
 		{"GET", "/volumes", "volumes"},
+		{"GET", "/volumecontent/vol-1/file", "volumes"},
+		{"PUT", "/secrets/x/versions", "secrets call"},
 	} {
 		wantError(t, e.do(tc.method, tc.path, "{}"), 501, tc.msg)
 	}
+	// Snapshots and forks are checkpoints: the org's feature gate decides.
+	wantError(t, e.do("POST", "/sandboxes/"+sb.SandboxID+"/snapshots", "{}"), 403, "feature gate")
+	wantError(t, e.do("POST", "/sandboxes/"+sb.SandboxID+"/fork", "{}"), 403, "feature gate")
+	wantError(t, e.do("POST", "/sandboxes/"+sb.SandboxID+"/snapshots", `{"name":"Bad Name!"}`), 400, "snapshot name")
+	wantError(t, e.do("POST", "/sandboxes/"+sb.SandboxID+"/fork", `{"count":0}`), 400, "count")
+	wantError(t, e.do("DELETE", "/templates/sb-missing:snap", ""), 404, "not found")
+	wantError(t, e.do("POST", "/v2/sandboxes", `{"templateID":"sb-missing:snap"}`), 404, "not found")
 	wantError(t, e.do("GET", "/nothing-here", ""), 404, "no such endpoint")
 	if r := e.do("GET", "/sandboxes/"+sb.SandboxID+"/metrics", ""); r.status != 200 || strings.TrimSpace(string(r.body)) != "[]" {
 		t.Fatalf("metrics without envd: %d %s; want 200 []", r.status, r.body)
 	}
+}
+
+// TestSecrets: E2B's secrets API over the org's secrets; setting them
+// takes an admin key, values never come back.
+func TestSecrets(t *testing.T) {
+	e := newEnv(t)
+	wantError(t, e.do("POST", "/secrets", `{"name":"tok","value":"v"}`), 403, "admin key")
+	_, admin, err := e.svc.CreateKeyWith(e.ctx, service.Principal{OrgID: service.DefaultOrgID, Admin: true}, service.DefaultOrgID, service.KeyOptions{Name: "e2b-admin", E2B: true, Admin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.key = admin
+	r := e.do("POST", "/secrets", `{"name":"Api-Token","value":"s3cret"}`)
+	if r.status != 201 {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	var sec secretJSON
+	r.json(t, &sec)
+	if sec.SecretID != "sec_api-token" || sec.Name != "api-token" || sec.CurrentVersion != 1 || sec.Metadata == nil || strings.Contains(string(r.body), "s3cret") {
+		t.Fatalf("create answer %s", r.body)
+	}
+	wantError(t, e.do("POST", "/secrets", `{"name":"api-token","value":"x"}`), 409, "already exists")
+	wantError(t, e.do("POST", "/secrets", `{"name":"sec_x","value":"x"}`), 400, "reserved")
+	wantError(t, e.do("POST", "/secrets", `{"name":"m","value":"x","metadata":{"a":"b"}}`), 501, "metadata")
+	if r := e.do("GET", "/secrets/sec_api-token", ""); r.status != 200 || !strings.Contains(string(r.body), `"name":"api-token"`) {
+		t.Fatalf("get: %d %s", r.status, r.body)
+	}
+	if r := e.do("POST", "/secrets/sec_api-token", `{"value":"new"}`); r.status != 200 {
+		t.Fatalf("update: %d %s", r.status, r.body)
+	}
+	if v, err := e.st.SecretValues(e.ctx, service.DefaultOrgID, []string{"api-token"}); err != nil || v["api-token"] != "new" {
+		t.Fatalf("stored value after update = %q, %v; want new", v["api-token"], err)
+	}
+	if r := e.do("GET", "/secrets", ""); r.status != 200 || !strings.Contains(string(r.body), "sec_api-token") || strings.Contains(string(r.body), "new") {
+		t.Fatalf("list: %d %s", r.status, r.body)
+	}
+	if r := e.do("DELETE", "/secrets/sec_api-token", ""); r.status != 204 {
+		t.Fatalf("delete: %d %s", r.status, r.body)
+	}
+	wantError(t, e.do("GET", "/secrets/sec_api-token", ""), 404, "not found")
+	wantError(t, e.do("DELETE", "/secrets/sec_api-token", ""), 404, "not found")
 }
 
 func TestSandboxTarget(t *testing.T) {

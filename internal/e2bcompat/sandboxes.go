@@ -430,14 +430,19 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p service.Princi
 	if req.AutoPause {
 		onExpiry = model.ExpirySuspend
 	}
+	params := service.CreateParams{
+		Env: req.EnvVars, Metadata: md, TimeoutS: timeout, OnExpiry: onExpiry, PublicTraffic: public,
+		Network: egress, AutoWake: &autoWake,
+	}
+	if sid, name, ok := parseSnapshotID(req.TemplateID); ok {
+		return s.createFromSnapshot(w, r, p, sid, name, params)
+	}
 	ref := templateRef(req.TemplateID)
 	if req.TemplateID != "" && req.TemplateID != ref {
 		md[metaAlias] = req.TemplateID
 	}
-	sb, op, err := s.svc.CreateSandbox(r.Context(), p, service.CreateParams{
-		Template: ref, Env: req.EnvVars, Metadata: md, TimeoutS: timeout, OnExpiry: onExpiry, PublicTraffic: public,
-		Network: egress, AutoWake: &autoWake,
-	}, r.Header.Get("Idempotency-Key"))
+	params.Template = ref
+	sb, op, err := s.svc.CreateSandbox(r.Context(), p, params, r.Header.Get("Idempotency-Key"))
 	if err != nil {
 		return err
 	}

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/airlock/airlock/client"
-	"github.com/airlock/airlock/internal/service"
 )
 
 // TestE2BSDK runs the unmodified E2B JS SDK (test/e2b, npm e2b pinned in
@@ -29,11 +28,7 @@ func TestE2BSDK(t *testing.T) {
 	dir := e2bSuiteDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	key, err := s.client().CreateKey(ctx, service.DefaultOrgID, client.CreateKeyRequest{Name: "e2b-sdk-test", E2B: true})
-	if err != nil {
-		t.Fatalf("create an e2b key: %v", err)
-	}
-	runE2BSuite(t, dir, s.url(), key.Secret, filepath.Join(s.root, "stack.log"))
+	runE2BSuite(t, dir, s.url(), e2bSuiteKey(ctx, t, s.client()), filepath.Join(s.root, "stack.log"))
 }
 
 // TestE2BSDKUp runs the same suite against `airlock up`, where the server
@@ -59,11 +54,26 @@ func TestE2BSDKUp(t *testing.T) {
 			}
 		}
 	}()
-	key, err := admin.CreateKey(ctx, service.DefaultOrgID, client.CreateKeyRequest{Name: "e2b-sdk-test", E2B: true})
+	runE2BSuite(t, suite, url, e2bSuiteKey(ctx, t, admin), logPath)
+}
+
+// e2bSuiteKey returns an admin e2b_ key of a new org with the snapshots
+// feature gate (the suite's snapshots and forks are checkpoints; its
+// secrets need an admin key).
+func e2bSuiteKey(ctx context.Context, t *testing.T, operator *client.Client) string {
+	t.Helper()
+	org, err := operator.CreateOrg(ctx, fmt.Sprintf("e2b-suite-%d", time.Now().UnixNano()))
+	if err != nil {
+		t.Fatalf("create the suite's org: %v", err)
+	}
+	if _, err := operator.UpdateOrg(ctx, org.ID, client.UpdateOrgRequest{Features: &[]string{"snapshots"}}); err != nil {
+		t.Fatalf("enable snapshots for %s: %v", org.ID, err)
+	}
+	key, err := operator.CreateKey(ctx, org.ID, client.CreateKeyRequest{Name: "e2b-sdk-test", E2B: true, Admin: true})
 	if err != nil {
 		t.Fatalf("create an e2b key: %v", err)
 	}
-	runE2BSuite(t, suite, url, key.Secret, logPath)
+	return key.Secret
 }
 
 // e2bSuiteDir returns test/e2b with its npm packages installed (`npm ci`

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -286,6 +287,37 @@ func TestCheckpointRollbackForkExport(t *testing.T) {
 		t.Fatalf("sandbox imported from the unsigned archive sees %q", r.stdout)
 	}
 	setFeatures(model.FeatureSnapshots)
+
+	// Deleting one checkpoint takes it off the record and off the worker.
+	op, err = c.CreateCheckpoint(ctx, sb.ID, "c-rm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitOperation(ctx, op.ID); err != nil {
+		t.Fatalf("checkpoint c-rm: %v", err)
+	}
+	var rm model.Checkpoint
+	if cps, err := c.ListCheckpoints(ctx, sb.ID); err == nil {
+		for _, cp := range cps {
+			if cp.Name == "c-rm" {
+				rm = cp
+			}
+		}
+	}
+	rmDir := filepath.Join(st.workerDir, "snapshots", sb.ID, rm.SnapshotID)
+	if _, err := os.Stat(rmDir); rm.SnapshotID == "" || err != nil {
+		t.Fatalf("checkpoint c-rm (%+v) on the worker: %v", rm, err)
+	}
+	if err := c.DeleteCheckpoint(ctx, sb.ID, "c-rm"); err != nil {
+		t.Fatalf("delete checkpoint c-rm: %v", err)
+	}
+	if cps, err := c.ListCheckpoints(ctx, sb.ID); err != nil || slices.ContainsFunc(cps, func(cp model.Checkpoint) bool { return cp.Name == "c-rm" }) {
+		t.Fatalf("checkpoints after deleting c-rm: %+v, %v", cps, err)
+	}
+	if _, err := os.Stat(rmDir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("deleted checkpoint's snapshot is still on the worker: %v", err)
+	}
+	wantStatus(t, "delete a deleted checkpoint", c.DeleteCheckpoint(ctx, sb.ID, "c-rm"), http.StatusNotFound, "no checkpoint")
 
 	// Deleting the source removes its checkpoints; its forks run on.
 	op, err = c.DeleteSandbox(ctx, sb.ID)

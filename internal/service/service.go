@@ -161,6 +161,7 @@ type DataPlane interface {
 	Export(ctx context.Context, t workerapi.Target, sandboxID, snapshotID string) (io.ReadCloser, int64, error)
 	Import(ctx context.Context, t workerapi.Target, sandboxID string, archive io.Reader) (snapshot.Manifest, error)
 	DropSnapshots(ctx context.Context, t workerapi.Target, sandboxID string) error
+	DropSnapshot(ctx context.Context, t workerapi.Target, sandboxID, snapshotID string) error
 	NetworkLog(ctx context.Context, t workerapi.Target, sandboxID string, after int64, limit int) (workerapi.NetLogPage, error)
 }
 

@@ -150,6 +150,83 @@ func (s *Service) ListCheckpoints(ctx context.Context, p Principal, id string) (
 	return sb.Checkpoints, nil
 }
 
+// DeleteCheckpoint removes checkpoint name of a sandbox: from its record
+// at once (nothing can roll back to or fork from it any more, and it stops
+// counting toward the org's checkpoints), then from its worker's disk (best
+// effort: a worker that cannot be reached keeps the bytes until the sandbox
+// is deleted). A rollback to it, or a fork still starting from it, is a
+// conflict: wait for it and retry.
+func (s *Service) DeleteCheckpoint(ctx context.Context, p Principal, id, name string) error {
+	for attempt := 0; ; attempt++ {
+		sb, err := s.GetSandbox(ctx, p, id)
+		if err != nil {
+			return err
+		}
+		if err := s.requireSnapshots(ctx, sb.OrgID); err != nil {
+			return err
+		}
+		cp, ok := sb.FindCheckpoint(name)
+		if !ok {
+			return noCheckpoint(id, name)
+		}
+		if err := s.checkpointInUse(ctx, sb, name); err != nil {
+			return err
+		}
+		sb.Checkpoints = slices.DeleteFunc(slices.Clone(sb.Checkpoints), func(c model.Checkpoint) bool { return c.Name == name })
+		if _, err := s.st.UpdateSandbox(ctx, sb); errors.Is(err, model.ErrConflict) && attempt < 5 {
+			continue // the sandbox moved on: read it again
+		} else if err != nil {
+			return fmt.Errorf("delete checkpoint %s of %s: %w", name, id, err)
+		}
+		s.dropCheckpoint(sb, cp)
+		return nil
+	}
+}
+
+// checkpointInUse refuses to delete a checkpoint an open rollback restores
+// or a fork still starting uses.
+func (s *Service) checkpointInUse(ctx context.Context, sb model.Sandbox, name string) error {
+	open, err := s.st.ListOperations(ctx, store.OperationFilter{SandboxID: sb.ID, Open: true})
+	if err != nil {
+		return fmt.Errorf("list operations of %s: %w", sb.ID, err)
+	}
+	for _, op := range open {
+		if (op.Kind == model.OpRollback || op.Kind == model.OpCheckpoint) && sb.Task != nil && sb.Task.OperationID == op.ID && sb.Task.Checkpoint == name {
+			return withHint(model.Errorf(model.ErrConflict, "sandbox %s has a %s operation %s of checkpoint %q in progress; wait for it and retry", sb.ID, op.Kind, op.ID, name), Hint{Kind: HintWait, SandboxID: sb.ID})
+		}
+	}
+	starting, _, err := s.st.ListSandboxes(ctx, store.SandboxFilter{OrgID: sb.OrgID, States: []model.SandboxState{model.StatePending, model.StateStarting}, Limit: MaxListLimit})
+	if err != nil {
+		return fmt.Errorf("list starting sandboxes: %w", err)
+	}
+	for _, f := range starting {
+		if f.Source != nil && f.Source.SandboxID == sb.ID && f.Source.Checkpoint == name {
+			return withHint(model.Errorf(model.ErrConflict, "sandbox %s is still starting from checkpoint %q of %s; wait for it and retry", f.ID, name, sb.ID), Hint{Kind: HintWait, SandboxID: f.ID})
+		}
+	}
+	return nil
+}
+
+// dropCheckpoint asks the worker holding sb's checkpoint cp to delete its
+// snapshot (best effort, logged).
+func (s *Service) dropCheckpoint(sb model.Sandbox, cp model.Checkpoint) {
+	if sb.WorkerID == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w, err := s.workerOf(ctx, sb)
+	if err == nil {
+		var t workerapi.Target
+		if t, err = s.target(ctx, w, sb, token.Claims{Scope: token.ScopeSnapshot, Snapshot: cp.SnapshotID}); err == nil {
+			err = s.dataPlane().DropSnapshot(ctx, t, sb.ID, cp.SnapshotID)
+		}
+	}
+	if err != nil {
+		s.logger().Warn("drop deleted checkpoint", "worker", sb.WorkerID, "sandbox", sb.ID, "checkpoint", cp.Name, "snapshot", cp.SnapshotID, "err", err)
+	}
+}
+
 // RollbackSandbox starts restoring a running or paused sandbox from one of
 // its checkpoints (memory, processes and files); it is running afterwards.
 func (s *Service) RollbackSandbox(ctx context.Context, p Principal, id, checkpoint string) (model.Operation, error) {

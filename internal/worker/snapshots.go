@@ -288,6 +288,41 @@ func (w *Worker) snapshotHandlers(mux *http.ServeMux) {
 	mux.HandleFunc(workerapi.RouteExport, w.handleExport)
 	mux.HandleFunc(workerapi.RouteImport, w.handleImport)
 	mux.HandleFunc(workerapi.RouteDropSnapshots, w.handleDropSnapshots)
+	mux.HandleFunc(workerapi.RouteDropSnapshot, w.handleDropSnapshot)
+}
+
+// handleDropSnapshot deletes one snapshot (a checkpoint the server has
+// removed from the sandbox's record); never the one a suspended sandbox
+// wakes from.
+func (w *Worker) handleDropSnapshot(rw http.ResponseWriter, r *http.Request) {
+	c, err := w.authorize(r, token.ScopeSnapshot)
+	if err != nil {
+		writeError(rw, err)
+		return
+	}
+	sid, snap := r.PathValue("sid"), r.PathValue("snap")
+	if c.Snapshot != snap {
+		writeError(rw, model.Errorf(model.ErrForbidden, "token is for another snapshot"))
+		return
+	}
+	w.mu.Lock()
+	current := ""
+	if sb := w.sandboxes[sid]; sb != nil {
+		current = sb.snapshotID
+	}
+	w.mu.Unlock()
+	if current == snap {
+		writeError(rw, model.Errorf(model.ErrConflict, "snapshot %s is the one sandbox %s wakes from", snap, sid))
+		return
+	}
+	if w.cfg.Snapshots != nil {
+		if err := w.cfg.Snapshots.Delete(sid, snap); err != nil && !errors.Is(err, snapshot.ErrNotFound) {
+			writeError(rw, err)
+			return
+		}
+	}
+	w.log.Info("checkpoint snapshot dropped", "sandbox", sid, "snapshot", snap)
+	rw.WriteHeader(http.StatusNoContent)
 }
 
 func (w *Worker) handleExport(rw http.ResponseWriter, r *http.Request) {

@@ -150,6 +150,16 @@ func (d *DataPlane) DropSnapshots(ctx context.Context, t Target, sid string) err
 	return res.Body.Close()
 }
 
+// DropSnapshot deletes snapshot snap (a deleted checkpoint) of sandbox sid.
+func (d *DataPlane) DropSnapshot(ctx context.Context, t Target, sid, snap string) error {
+	res, err := d.do(ctx, d.http(), t, http.MethodDelete, SnapshotPath(sid, snap), nil, "")
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
+	return res.Body.Close()
+}
+
 // do sends one call and returns a 2xx answer (its body open) or the error
 // the answer stands for.
 func (d *DataPlane) do(ctx context.Context, hc *http.Client, t Target, method, path string, body io.Reader, contentType string) (*http.Response, error) {

@@ -41,6 +41,7 @@ const (
 	RouteExport        = "GET " + DataPlaneSandbox + "/snapshots/{snap}/export"
 	RouteImport        = "POST " + DataPlaneSandbox + "/snapshots"
 	RouteDropSnapshots = "DELETE " + DataPlaneSandbox + "/snapshots"
+	RouteDropSnapshot  = "DELETE " + DataPlaneSandbox + "/snapshots/{snap}"
 	RouteE2B           = PathE2BPrefix + "{sid}/{port}/{path...}"
 )
 
@@ -58,6 +59,11 @@ func AttachPath(sid, cid string) string {
 
 // SnapshotsPath imports (POST) and drops (DELETE) sandbox sid's snapshots.
 func SnapshotsPath(sid string) string { return SandboxPath(sid, "/snapshots") }
+
+// SnapshotPath is snapshot snap of sandbox sid (DELETE drops it).
+func SnapshotPath(sid, snap string) string {
+	return SandboxPath(sid, "/snapshots/"+url.PathEscape(snap))
+}
 
 // ExportPath exports snapshot snap of sandbox sid (GET).
 func ExportPath(sid, snap string) string {

@@ -11,6 +11,8 @@ import {
   NotFoundError,
   AuthenticationError,
   FileType,
+  Secret,
+  Volume,
 } from 'e2b'
 
 const apiUrl = process.env.E2B_API_URL
@@ -407,13 +409,123 @@ function suite() {
   })
 
   test('unsupported calls fail fast and name the gap', T, async () => {
-    await assert.rejects(sbx.createSnapshot(), /not supported by Airlock/)
+    await assert.rejects(Volume.create('v'), /not supported by Airlock/)
     await assert.rejects(
-      Sandbox.create('base', { lifecycle: { onTimeout: 'pause', autoResume: true } }),
-      /autoResume is not supported/,
+      Sandbox.create('base', { mcp: { exa: { apiKey: 'x' } } }),
+      /MCP gateways are not supported/,
     )
-    const forks = await Sandbox.fork(sbx.sandboxId).catch((e) => [e])
-    assert.ok(forks.every((f) => f instanceof Error && /not supported/.test(String(f))), String(forks))
+  })
+
+  test('createSnapshot, Sandbox.create from it, listSnapshots, deleteSnapshot', T, async () => {
+    await sbx.files.write('/home/user/snap.txt', 'in the snapshot')
+    const snap = await sbx.createSnapshot({ name: 'suite-snap' })
+    assert.equal(snap.snapshotId, `${sbx.sandboxId}:suite-snap`)
+    await sbx.files.write('/home/user/snap.txt', 'after the snapshot')
+    const listed = await Sandbox.listSnapshots({ sandboxId: sbx.sandboxId }).nextItems()
+    assert.ok(listed.some((x) => x.snapshotId === snap.snapshotId), JSON.stringify(listed))
+    const all = []
+    const pages = Sandbox.listSnapshots({ limit: 2 })
+    while (pages.hasNext) all.push(...(await pages.nextItems()))
+    assert.ok(all.some((x) => x.snapshotId === snap.snapshotId), 'the paged list of all snapshots holds it')
+    const fromSnap = await Sandbox.create(snap.snapshotId, { metadata: { suite: RUN, role: 'from-snapshot' } })
+    try {
+      assert.equal(await fromSnap.files.read('/home/user/snap.txt'), 'in the snapshot')
+      assert.equal((await fromSnap.commands.run('echo $SUITE_VAR')).stdout, 'from-create\n')
+    } finally {
+      await fromSnap.kill()
+    }
+    assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), true)
+    assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), false, 'a deleted snapshot is gone (404 → false)')
+    const after = await Sandbox.listSnapshots({ sandboxId: sbx.sandboxId }).nextItems()
+    assert.ok(!after.some((x) => x.snapshotId === snap.snapshotId))
+    await assert.rejects(Sandbox.create(snap.snapshotId), /not found|no checkpoint/)
+  })
+
+  test('fork: two sandboxes from the running one, each with its state', T, async () => {
+    await sbx.files.write('/home/user/fork.txt', 'before the fork')
+    const forks = await sbx.fork({ count: 2, timeoutMs: 5 * 60_000 })
+    try {
+      assert.equal(forks.length, 2)
+      for (const f of forks) {
+        assert.ok(!(f instanceof Error), String(f))
+        assert.notEqual(f.sandboxId, sbx.sandboxId)
+        assert.equal(await f.files.read('/home/user/fork.txt'), 'before the fork')
+      }
+      await forks[0].files.write('/home/user/fork.txt', 'changed in fork 0')
+      assert.equal(await forks[1].files.read('/home/user/fork.txt'), 'before the fork', 'forks are independent')
+      assert.equal(await sbx.files.read('/home/user/fork.txt'), 'before the fork', 'the source keeps running unchanged')
+    } finally {
+      for (const f of forks) if (!(f instanceof Error)) await f.kill().catch(() => {})
+    }
+  })
+
+  test('autoResume: traffic to a paused sandbox wakes it; without it, it fails', T, async () => {
+    const auto = await Sandbox.create('base', { metadata: { suite: RUN, role: 'autoresume' }, lifecycle: { onTimeout: 'pause', autoResume: true } })
+    const manual = await Sandbox.create('base', { metadata: { suite: RUN, role: 'manual' } })
+    try {
+      assert.equal((await auto.getInfo()).lifecycle?.autoResume, true)
+      assert.equal((await manual.getInfo()).lifecycle?.autoResume, false)
+      await auto.files.write('/home/user/a.txt', 'kept')
+      assert.equal(await auto.pause(), true)
+      assert.equal(await manual.pause(), true)
+      assert.equal((await auto.getInfo()).state, 'paused')
+      assert.equal(await auto.files.read('/home/user/a.txt'), 'kept', 'the read woke the sandbox')
+      assert.equal((await auto.getInfo()).state, 'running')
+      await assert.rejects(manual.commands.run('true'), /paused|resume/)
+    } finally {
+      await auto.kill().catch(() => {})
+      await manual.kill().catch(() => {})
+    }
+  })
+
+  test('Sandbox.list: order, template and startedAfter before paging', T, async () => {
+    const t0 = new Date(Date.now() - 1000)
+    const a = await Sandbox.create('base', { metadata: { suite: RUN, role: 'order-a' } })
+    const b = await Sandbox.create('base', { metadata: { suite: RUN, role: 'order-b' } })
+    try {
+      const ids = async (opts) => {
+        const out = []
+        const p = Sandbox.list(opts)
+        while (p.hasNext) out.push(...(await p.nextItems()).map((s) => s.sandboxId))
+        return out
+      }
+      const q = { metadata: { suite: RUN }, startedAfter: t0 }
+      assert.deepEqual(await ids({ query: q, limit: 1 }), [b.sandboxId, a.sandboxId], 'newest first by default, pages of one')
+      assert.deepEqual(await ids({ query: q, order: 'asc', limit: 1 }), [a.sandboxId, b.sandboxId])
+      assert.deepEqual(await ids({ query: { ...q, template: 'nope' } }), [])
+      assert.deepEqual((await ids({ query: { ...q, template: 'base' }, order: 'asc' })), [a.sandboxId, b.sandboxId])
+      const odd = await Sandbox.create('base', { metadata: { suite: RUN, 'a b&c': 'x=y%z/1' } })
+      try {
+        assert.deepEqual(await ids({ query: { metadata: { 'a b&c': 'x=y%z/1' } } }), [odd.sandboxId], 'reserved characters in metadata')
+      } finally {
+        await odd.kill()
+      }
+    } finally {
+      await a.kill()
+      await b.kill()
+    }
+  })
+
+  test('getHost names the answered domain', T, async () => {
+    const host = new URL(apiUrl).host.replace(/^127\.0\.0\.1(?=:|$)/, 'localhost')
+    assert.equal(sbx.getHost(8000), `8000-${sbx.sandboxId}.${host}`)
+  })
+
+  test('secrets: create, getInfo, list, update, exists, destroy', T, async () => {
+    const name = `suite-${RUN}`.toLowerCase().replace(/[^a-z0-9-]/g, '-').slice(0, 60)
+    const info = await Secret.create(name, 'v1')
+    assert.equal(info.name, name)
+    assert.equal(info.secretId, `sec_${name}`)
+    assert.equal((await Secret.getInfo(info.secretId)).name, name)
+    const listed = []
+    const p = Secret.list()
+    while (p.hasNext) listed.push(...(await p.nextItems()))
+    assert.ok(listed.some((x) => x.name === name), JSON.stringify(listed))
+    await Secret.update(info.secretId, 'v2')
+    assert.equal(await Secret.exists(info.secretId), true)
+    await assert.rejects(Secret.create(name, 'again'), /already exists/)
+    await Secret.destroy(info.secretId)
+    assert.equal(await Secret.exists(info.secretId), false)
   })
 
   test('autoPause: the sandbox is paused at its timeout and connect resumes it', T, async () => {
