@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
+	"maps"
 	"net/http"
 	"strconv"
 	"strings"
@@ -88,10 +89,14 @@ func isCheckpointName(n string) bool {
 
 func (s *server) createSnapshot(w http.ResponseWriter, r *http.Request, p service.Principal) error {
 	var req struct {
-		Name string `json:"name"`
+		Name   string `json:"name"`
+		Memory *bool  `json:"memory"`
 	}
 	if err := decode(r, &req); err != nil {
 		return err
+	}
+	if req.Memory != nil && !*req.Memory {
+		return notSupported("filesystem-only snapshots are not supported by Airlock (a snapshot is a checkpoint of memory, processes and files; leave mode out)")
 	}
 	id := r.PathValue("id")
 	if _, err := s.visible(r.Context(), p, id); err != nil {
@@ -280,9 +285,16 @@ func forkTimeout(t *int) (int, error) {
 // createFromSnapshot is create for a templateID that is a snapshot id: a
 // fork of that checkpoint with the request's settings.
 func (s *server) createFromSnapshot(w http.ResponseWriter, r *http.Request, p service.Principal, sid, name string, params service.CreateParams) error {
-	if _, err := s.visible(r.Context(), p, sid); err != nil {
+	src, err := s.visible(r.Context(), p, sid)
+	if err != nil {
 		return model.Errorf(model.ErrNotFound, "snapshot %s not found: its sandbox is gone", snapshotID(sid, name))
 	}
+	// As a restored E2B snapshot keeps its envs: the source's, then the
+	// request's on top.
+	env := make(map[string]string, len(src.Env)+len(params.Env))
+	maps.Copy(env, src.Env)
+	maps.Copy(env, params.Env)
+	params.Env = env
 	params.Template = ""
 	params.FromCheckpoint = &service.CheckpointRef{SandboxID: sid, Checkpoint: name}
 	created, err := s.svc.ForkSandboxes(r.Context(), p, params, r.Header.Get("Idempotency-Key"))

@@ -10,9 +10,6 @@ import (
 	"strconv"
 	"testing"
 	"time"
-
-	"github.com/airlock/airlock/client"
-	"github.com/airlock/airlock/internal/service"
 )
 
 // pytestVersion is the pytest that runs test/e2b/sdk_test.py (the same pin
@@ -38,20 +35,17 @@ func TestE2BPythonSDK(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	key, err := s.client().CreateKey(ctx, service.DefaultOrgID, client.CreateKeyRequest{Name: "e2b-python-sdk-test", E2B: true})
+	key := e2bSuiteKey(ctx, t, s.client())
 	cancel()
-	if err != nil {
-		t.Fatalf("create an e2b key: %v", err)
-	}
-	if !regexp.MustCompile(`^e2b_[0-9a-f]{40}$`).MatchString(key.Secret) {
-		t.Fatalf("e2b key %q is not e2b_ and 40 hex characters", key.Secret)
+	if !regexp.MustCompile(`^e2b_[0-9a-f]{40}$`).MatchString(key) {
+		t.Fatalf("e2b key %q is not e2b_ and 40 hex characters", key)
 	}
 	ctx, cancel = context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, python, "-m", "pytest", "-q", "-rsx", "-p", "no:cacheprovider", "test/e2b/sdk_test.py")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(),
-		"E2B_API_URL="+s.url(), "E2B_SANDBOX_URL="+s.url(), "E2B_API_KEY="+key.Secret,
+		"E2B_API_URL="+s.url(), "E2B_SANDBOX_URL="+s.url(), "E2B_API_KEY="+key,
 		"PYTHONDONTWRITEBYTECODE=1", "NO_COLOR=1")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

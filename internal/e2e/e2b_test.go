@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/airlock/airlock/client"
+	"github.com/airlock/airlock/internal/model"
 )
 
 // TestE2BSDK runs the unmodified E2B JS SDK (test/e2b, npm e2b pinned in
@@ -58,16 +59,16 @@ func TestE2BSDKUp(t *testing.T) {
 }
 
 // e2bSuiteKey returns an admin e2b_ key of a new org with the snapshots
-// feature gate (the suite's snapshots and forks are checkpoints; its
-// secrets need an admin key).
+// feature gate (the suite's snapshots and forks are checkpoints), inline
+// network policies (updateNetwork) and an admin key (secrets).
 func e2bSuiteKey(ctx context.Context, t *testing.T, operator *client.Client) string {
 	t.Helper()
 	org, err := operator.CreateOrg(ctx, fmt.Sprintf("e2b-suite-%d", time.Now().UnixNano()))
 	if err != nil {
 		t.Fatalf("create the suite's org: %v", err)
 	}
-	if _, err := operator.UpdateOrg(ctx, org.ID, client.UpdateOrgRequest{Features: &[]string{"snapshots"}}); err != nil {
-		t.Fatalf("enable snapshots for %s: %v", org.ID, err)
+	if _, err := operator.UpdateOrg(ctx, org.ID, client.UpdateOrgRequest{Features: &[]string{"snapshots"}, Network: &model.OrgNetwork{InlinePolicies: true}}); err != nil {
+		t.Fatalf("enable snapshots and inline network policies for %s: %v", org.ID, err)
 	}
 	key, err := operator.CreateKey(ctx, org.ID, client.CreateKeyRequest{Name: "e2b-sdk-test", E2B: true, Admin: true})
 	if err != nil {

@@ -471,7 +471,7 @@ function suite() {
       assert.equal((await auto.getInfo()).state, 'paused')
       assert.equal(await auto.files.read('/home/user/a.txt'), 'kept', 'the read woke the sandbox')
       assert.equal((await auto.getInfo()).state, 'running')
-      await assert.rejects(manual.commands.run('true'), /paused|resume/)
+      await assert.rejects(manual.commands.run('true'), /not running|paused|resume/)
     } finally {
       await auto.kill().catch(() => {})
       await manual.kill().catch(() => {})

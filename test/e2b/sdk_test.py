@@ -27,6 +27,7 @@ import pytest
 
 from e2b import (
     AsyncSandbox,
+    AsyncSecret,
     AuthenticationException,
     CommandExitException,
     FileType,
@@ -35,6 +36,7 @@ from e2b import (
     Sandbox,
     SandboxQuery,
     SandboxState,
+    Secret,
 )
 
 API_URL = os.environ.get("E2B_API_URL")
@@ -610,19 +612,132 @@ def test_update_network_replaces_the_egress_lists_get_info_reports_them(env):
 
 def test_unsupported_calls_fail_fast_and_name_the_gap(env):
     async def t(e):
+        S = e.S
+        await raises(Exception, lambda: S.create("base", mcp={"exa": {"apiKey": "x"}}), match=r"MCP gateways are not supported")
+        await raises(Exception, lambda: e.sbx.create_snapshot(mode="filesystem"), match=r"not supported by Airlock")
+
+    env.run(t)
+
+
+async def all_items(paginator):
+    out = []
+    while paginator.has_next:
+        out.extend(await aw(paginator.next_items()))
+    return out
+
+
+def test_snapshots_create_from_list_delete(env):
+    async def t(e):
         S, sbx = e.S, e.sbx
-        await raises(Exception, lambda: sbx.create_snapshot(), match=r"not supported by Airlock")
-        await raises(
-            Exception,
-            lambda: S.create("base", lifecycle={"on_timeout": "pause", "auto_resume": True}),
-            match=r"autoResume is not supported",
-        )
+        await aw(sbx.files.write("/home/user/snap.txt", "in the snapshot"))
+        snap = await aw(sbx.create_snapshot(name=f"suite-snap-{e.mode}"))
+        assert snap.snapshot_id == f"{sbx.sandbox_id}:suite-snap-{e.mode}"
+        await aw(sbx.files.write("/home/user/snap.txt", "after the snapshot"))
+        mine = await all_items(S.list_snapshots(sandbox_id=sbx.sandbox_id))
+        assert any(x.snapshot_id == snap.snapshot_id for x in mine), mine
+        everything = await all_items(S.list_snapshots(limit=2))
+        assert any(x.snapshot_id == snap.snapshot_id for x in everything)
+        child = await aw(S.create(snap.snapshot_id, metadata={"suite": e.suite, "role": "from-snapshot"}))
         try:
-            forks = await aw(S.fork(sbx.sandbox_id))
-        except Exception as err:  # noqa: BLE001
-            forks = [err]
-        assert forks, "fork returned nothing"
-        assert all(isinstance(f, Exception) and re.search(r"not supported", str(f)) for f in forks), forks
+            assert await aw(child.files.read("/home/user/snap.txt")) == "in the snapshot"
+        finally:
+            await aw(child.kill())
+        assert await aw(S.delete_snapshot(snap.snapshot_id)) is True
+        assert await aw(S.delete_snapshot(snap.snapshot_id)) is False
+        after = await all_items(S.list_snapshots(sandbox_id=sbx.sandbox_id))
+        assert not any(x.snapshot_id == snap.snapshot_id for x in after)
+
+    env.run(t)
+
+
+def test_fork_two_independent_sandboxes(env):
+    async def t(e):
+        sbx = e.sbx
+        await aw(sbx.files.write("/home/user/fork.txt", "before the fork"))
+        forks = await aw(sbx.fork(count=2, timeout=300))
+        try:
+            assert len(forks) == 2
+            for f in forks:
+                assert not isinstance(f, Exception), f
+                assert f.sandbox_id != sbx.sandbox_id
+                assert await aw(f.files.read("/home/user/fork.txt")) == "before the fork"
+            await aw(forks[0].files.write("/home/user/fork.txt", "changed"))
+            assert await aw(forks[1].files.read("/home/user/fork.txt")) == "before the fork"
+        finally:
+            for f in forks:
+                if not isinstance(f, Exception):
+                    await aw(f.kill())
+
+    env.run(t)
+
+
+def test_auto_resume_traffic_wakes_a_paused_sandbox(env):
+    async def t(e):
+        S = e.S
+        auto = await aw(S.create("base", metadata={"suite": e.suite, "role": "autoresume"}, lifecycle={"on_timeout": "pause", "auto_resume": True}))
+        manual = await aw(S.create("base", metadata={"suite": e.suite, "role": "manual"}))
+        try:
+            assert ((await aw(auto.get_info())).lifecycle or {}).get("auto_resume") is True
+            await aw(auto.files.write("/home/user/a.txt", "kept"))
+            await aw(auto.pause())
+            await aw(manual.pause())
+            assert state((await aw(auto.get_info())).state) == "paused"
+            assert await aw(auto.files.read("/home/user/a.txt")) == "kept"
+            assert state((await aw(auto.get_info())).state) == "running"
+            await raises(Exception, lambda: manual.commands.run("true"), match=r"not running|paused|resume")
+        finally:
+            await aw(auto.kill())
+            await aw(manual.kill())
+
+    env.run(t)
+
+
+def test_list_order_template_started_after_before_paging(env):
+    async def t(e):
+        S = e.S
+        t0 = datetime.now(timezone.utc) - timedelta(seconds=1)
+        a = await aw(S.create("base", metadata={"suite": e.suite, "role": "order-a"}))
+        b = await aw(S.create("base", metadata={"suite": e.suite, "role": "order-b"}))
+        try:
+            async def ids(**kw):
+                return [x.sandbox_id for x in await all_items(S.list(**kw))]
+
+            q = dict(metadata={"suite": e.suite}, started_after=t0)
+            assert await ids(query=SandboxQuery(**q), limit=1) == [b.sandbox_id, a.sandbox_id]
+            assert await ids(query=SandboxQuery(**q), limit=1, order="asc") == [a.sandbox_id, b.sandbox_id]
+            assert await ids(query=SandboxQuery(template="nope", **q)) == []
+            odd = await aw(S.create("base", metadata={"suite": e.suite, "a b&c": "x=y%z/1"}))
+            try:
+                assert await ids(query=SandboxQuery(metadata={"a b&c": "x=y%z/1"})) == [odd.sandbox_id]
+            finally:
+                await aw(odd.kill())
+        finally:
+            await aw(a.kill())
+            await aw(b.kill())
+
+    env.run(t)
+
+
+def test_get_host_names_the_answered_domain(env):
+    async def t(e):
+        host = urlparse(API_URL).netloc.replace("127.0.0.1", "localhost", 1)
+        assert e.sbx.get_host(8000) == f"8000-{e.sbx.sandbox_id}.{host}"
+
+    env.run(t)
+
+
+def test_secrets_create_get_list_update_destroy(env):
+    async def t(e):
+        Sec = Secret if e.mode == "sync" else AsyncSecret
+        name = re.sub(r"[^a-z0-9-]", "-", f"suite-{e.suite}".lower())[:60]
+        info = await aw(Sec.create(name, "v1"))
+        assert info.name == name and info.secret_id == f"sec_{name}"
+        assert (await aw(Sec.get_info(info.secret_id))).name == name
+        assert any(x.name == name for x in await all_items(Sec.list()))
+        await aw(Sec.update(info.secret_id, "v2"))
+        assert await aw(Sec.exists(info.secret_id)) is True
+        await aw(Sec.destroy(info.secret_id))
+        assert await aw(Sec.exists(info.secret_id)) is False
 
     env.run(t)
 
