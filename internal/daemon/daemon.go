@@ -46,10 +46,10 @@ import (
 	"github.com/airlock/airlock/internal/setup"
 	"github.com/airlock/airlock/internal/snapshot"
 	"github.com/airlock/airlock/internal/store"
-	"github.com/airlock/airlock/internal/ui"
 	"github.com/airlock/airlock/internal/store/postgres"
 	"github.com/airlock/airlock/internal/store/sqlite"
 	"github.com/airlock/airlock/internal/store/sqlstore"
+	"github.com/airlock/airlock/internal/ui"
 	"github.com/airlock/airlock/internal/worker"
 	"github.com/airlock/airlock/internal/workerapi"
 )
