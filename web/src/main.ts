@@ -624,6 +624,7 @@ function adminPage(selected?: string) {
   const detail = h('div', { 'data-testid': 'org-detail' });
   const profiles = h('tbody');
   const msg = h('div', { class: 'msg' });
+  const secret = h('div', { 'data-testid': 'key-secret' }); // kept across reloads of the org
   const say = (ok: boolean, text: string) => {
     msg.className = ok ? 'msg ok' : 'msg error';
     msg.textContent = text;
@@ -652,11 +653,13 @@ function adminPage(selected?: string) {
       clear(orgsBody, h('tr', null, h('td', { colspan: 4 }, errorBox(e))));
     }
   };
+  let shownOrg = '';
   const loadOrg = async (org: any) => {
+    if (org.id !== shownOrg) secret.replaceChildren(); // a secret shows only with its org
+    shownOrg = org.id;
     const keys = await api('GET', `/v1/orgs/${org.id}/keys`).catch((e) => ({ error: e }));
     const keyName = h('input', { placeholder: 'key name', required: true, 'data-testid': 'key-name', 'aria-label': 'key name' });
     const keyAdmin = h('input', { type: 'checkbox', 'aria-label': 'admin' });
-    const secret = h('div', { 'data-testid': 'key-secret' });
     const qInputs = Object.fromEntries(quotaNames.map((q) => [q, h('input', { type: 'number', min: 0, value: org.quotas?.[q] ?? 0, name: q, 'data-quota': q, 'aria-label': q })]));
     clear(
       detail,

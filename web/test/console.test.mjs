@@ -31,8 +31,9 @@ async function shot(name) {
 
 async function apiGet(path) {
   const r = await fetch(url + path, { headers: { Authorization: `Bearer ${key}` } });
-  assert.equal(r.status, 200, `${path}: ${r.status} ${await r.text()}`);
-  return r.json();
+  const body = await r.text();
+  assert.equal(r.status, 200, `${path}: ${r.status} ${body}`);
+  return JSON.parse(body);
 }
 
 async function termText() {
@@ -76,6 +77,10 @@ test('the console is served at /ui with a strict CSP, no key needed for its file
   assert.match(csp, /connect-src 'self' http:\/\/127\.0\.0\.1:\d+ ws:\/\/127\.0\.0\.1:\d+/);
   const html = await r.text();
   assert.doesNotMatch(html, /<script(?![^>]*\ssrc=)[^>]*>/, 'inline script in index.html');
+  // The server embeds this checkout's build (else: ./scripts/build.sh).
+  const committed = readFileSync(resolve(here, '..', '..', 'internal', 'ui', 'dist', 'index.html'), 'utf8');
+  const nonce = /'nonce-([^']+)'/.exec(csp)[1];
+  assert.equal(html, committed.replace('__AIRLOCK_STYLE_NONCE__', nonce), 'the server serves another build of the console than internal/ui/dist: rebuild bin/airlock (./scripts/build.sh)');
   const redirect = await fetch(`${url}/ui`, { redirect: 'manual' });
   assert.equal(redirect.status, 301);
 });
@@ -134,15 +139,17 @@ test('terminal: a live PTY over the data plane; output, Ctrl-C, resize', { timeo
   const [, rows, cols] = /^(\d+)x(\d+)\s*$/m.exec(sized);
   assert.ok(Number(cols) > 80 && Number(rows) > 10, `terminal size ${cols}x${rows}`);
   assert.match(sized, /\/dev\/pts\//);
-  // Ctrl-C reaches the foreground job as SIGINT.
+  // Ctrl-C reaches the foreground job as SIGINT: the sleep ends at once
+  // and the rest of its line never runs.
   await page.keyboard.type('sleep 300; echo not-interrupted');
   await page.keyboard.press('Enter');
   await page.waitForTimeout(700);
+  const t0 = Date.now();
   await page.keyboard.press('Control+C');
   await page.keyboard.type('echo after-$((1+1)) > /home/user/made-in-terminal.txt; cat /home/user/made-in-terminal.txt');
   await page.keyboard.press('Enter');
   const t = await waitTerm(/^after-2\s*$/m, 10_000);
-  assert.match(t, /\^C/);
+  assert.ok(Date.now() - t0 < 10_000);
   assert.doesNotMatch(t, /^not-interrupted/m);
   await shot('terminal');
 });
@@ -195,10 +202,13 @@ test('templates and a build with its progress', { timeout: 8 * MIN }, async () =
   await page.locator('[data-nav=templates]').click();
   await page.locator('[data-testid=templates] tr[data-template="base:latest"]').waitFor();
   await page.getByTestId('build-name').fill('console-e2e');
-  await page.getByTestId('build-steps').fill('RUN echo built-by-console-$((2*21))\nENV GREETING hello');
+  // A step of its own each run: the build cache (shared by test runs)
+  // would otherwise answer it without output.
+  const run = Date.now().toString(36);
+  await page.getByTestId('build-steps').fill(`RUN echo built-by-console-$((2*21)) ${run}\nENV GREETING hello`);
   await page.getByTestId('build-start').click();
   await page.getByTestId('build-log').waitFor();
-  await page.getByTestId('build-log').filter({ hasText: /^built-by-console-42$/m }).waitFor({ timeout: 7 * MIN });
+  await page.getByTestId('build-log').filter({ hasText: new RegExp(`^built-by-console-42 ${run}$`, 'm') }).waitFor({ timeout: 7 * MIN });
   await page.locator('[data-testid=build-head] [data-state=ready]').waitFor({ timeout: 3 * MIN });
   assert.equal(await page.getByTestId('build-progress').evaluate((p) => p.value), 1);
   assert.match(await page.getByTestId('build-log').innerText(), /==> done: sha256:/);
