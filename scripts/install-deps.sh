@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what Airlock needs on a Debian 12 host, from Debian's packages:
 # debootstrap (builds the base template), PostgreSQL 15 (tests and
-# multi-server deployments), iproute2, ca-certificates. Go 1.26+ must already
+# multi-server deployments), iproute2, ca-certificates, and chromium (the
+# web console's browser tests, web/test.sh; AIRLOCK_SKIP_CHROMIUM=1 skips it). Go 1.26+ must already
 # be installed (Debian 12 ships an older Go); the script says so if not.
 # Idempotent: packages already present are not reinstalled.
 set -euo pipefail
@@ -18,6 +19,9 @@ done
 [ "$have_pg" = yes ] || need+=(postgresql)
 if [ "${AIRLOCK_SKIP_NODE:-}" != 1 ]; then
   command -v node >/dev/null 2>&1 || need+=(nodejs npm)
+fi
+if [ "${AIRLOCK_SKIP_CHROMIUM:-}" != 1 ]; then
+  [ -x /usr/bin/chromium ] || need+=(chromium)
 fi
 
 if [ ${#need[@]} -gt 0 ]; then

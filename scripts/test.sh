@@ -61,10 +61,13 @@ go test -p 1 -count=1 -timeout 60m "$@" ./...
 # every fuzz target for a bounded time (scripts/fuzz.sh), on full runs only.
 # The SDKs' own suites (sdk/*/test.sh: each installs its pinned packages and
 # starts an `airlock up` of bin/airlock over the test cache's runsc) run the
-# shared conformance scenario and their own tests, on full runs.
+# shared conformance scenario and their own tests, on full runs; so does the
+# web console's (web/test.sh: its committed build is what web/ builds to,
+# then its browser tests in headless Chromium, screenshots in docs/images).
 if [ $# -eq 0 ]; then
   export AIRLOCK_TEST_CACHE=$cache
   ./sdk/typescript/test.sh
+  ./web/test.sh
   ./sdk/python/test.sh
   ./templates/code-interpreter/server/test.sh
   ./scripts/fuzz.sh

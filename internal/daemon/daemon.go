@@ -49,6 +49,7 @@ import (
 	"github.com/airlock/airlock/internal/store/postgres"
 	"github.com/airlock/airlock/internal/store/sqlite"
 	"github.com/airlock/airlock/internal/store/sqlstore"
+	"github.com/airlock/airlock/internal/ui"
 	"github.com/airlock/airlock/internal/worker"
 	"github.com/airlock/airlock/internal/workerapi"
 )
@@ -474,6 +475,9 @@ func newServer(ctx context.Context, st store.Store, workerToken string, deadline
 	mux.Handle("/internal/", ctrl.Handler())
 	mux.Handle("/v1/", native)
 	mux.Handle("/healthz", native)
+	console := ui.Handler(ui.Options{DataPlaneOrigins: svc.DataPlaneOrigins, Logger: log.With("component", "ui")})
+	mux.Handle("/ui/", console) // the web console (docs/console.md)
+	mux.Handle("/ui", console)
 	mux.Handle("/", srv.e2b.API()) // E2B's control plane: /sandboxes, /v2/sandboxes, …
 	// Sandbox traffic (E2b-Sandbox-Id header or <port>-<id>.<domain> host)
 	// goes to the sandbox's worker data plane whatever its path.

@@ -89,6 +89,9 @@ func (w *Worker) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/sandboxes/{sid}/files/mkdir", w.files(w.handleMkdir))
 	mux.HandleFunc("POST /v1/sandboxes/{sid}/files/move", w.files(w.handleMove))
 	mux.HandleFunc("DELETE /v1/sandboxes/{sid}/files", w.files(w.handleRemove))
+	mux.HandleFunc("OPTIONS /v1/sandboxes/{sid}/files", corsPreflight)
+	mux.HandleFunc("OPTIONS /v1/sandboxes/{sid}/files/{op}", corsPreflight)
+	mux.HandleFunc("OPTIONS /v1/sandboxes/{sid}/commands", corsPreflight)
 	mux.HandleFunc(workerapi.RouteBuild, w.handleBuild)                   // build.go
 	mux.HandleFunc(workerapi.RouteTemplateImport, w.handleTemplateImport) // build.go
 	w.snapshotHandlers(mux)                                               // snapshots.go
@@ -106,13 +109,16 @@ func (w *Worker) authorize(r *http.Request, scope string) (token.Claims, error) 
 		return token.Claims{}, model.Errorf(model.ErrUnavailable, "worker is not registered with a server yet")
 	}
 	tok := r.URL.Query().Get("token")
+	if t, ok := protocolToken(r); ok {
+		tok = t
+	}
 	if h := r.Header.Get("Authorization"); h != "" {
 		if t, ok := strings.CutPrefix(h, "Bearer "); ok {
 			tok = strings.TrimSpace(t)
 		}
 	}
 	if tok == "" {
-		return token.Claims{}, model.Errorf(model.ErrUnauthorized, "missing data-plane token (Authorization: Bearer or ?token=)")
+		return token.Claims{}, model.Errorf(model.ErrUnauthorized, "missing data-plane token (Authorization: Bearer, ?token=, or the WebSocket subprotocol "+TokenProtocolPrefix+"<token>)")
 	}
 	c, err := token.Verify(*kp, tok, time.Now())
 	if err != nil {
@@ -127,11 +133,56 @@ func (w *Worker) authorize(r *http.Request, scope string) (token.Claims, error) 
 	return c, nil
 }
 
+// WebSocket subprotocols of the attach route: a browser offers
+// AttachProtocol and TokenProtocolPrefix+token (RFC 6455 subprotocols are
+// HTTP tokens; a data-plane token, "v1.<base64url>.<base64url>", is one),
+// and the worker selects AttachProtocol.
+const (
+	AttachProtocol      = "airlock.v1"
+	TokenProtocolPrefix = "airlock.token."
+)
+
+// protocolToken returns the token a WebSocket handshake carries in
+// Sec-WebSocket-Protocol as TokenProtocolPrefix+token.
+func protocolToken(r *http.Request) (string, bool) {
+	for _, h := range r.Header.Values("Sec-WebSocket-Protocol") {
+		for _, p := range strings.Split(h, ",") {
+			if t, ok := strings.CutPrefix(strings.TrimSpace(p), TokenProtocolPrefix); ok && t != "" {
+				return t, true
+			}
+		}
+	}
+	return "", false
+}
+
+// corsFiles lets pages of any origin read the answers of the files routes
+// and the commands list. It is safe to open to every origin because these
+// routes authorize by the bearer token in Authorization alone: the worker
+// sets and reads no cookie, so a page gets nothing it could not get with
+// the token anyway (credentials mode stays off: no
+// Access-Control-Allow-Credentials).
+func corsFiles(rw http.ResponseWriter) {
+	h := rw.Header()
+	h.Set("Access-Control-Allow-Origin", "*")
+	h.Set("Access-Control-Expose-Headers", "Content-Length, Content-Type, X-Airlock-Mode")
+}
+
+// corsPreflight answers a browser's preflight of the files routes.
+func corsPreflight(rw http.ResponseWriter, r *http.Request) {
+	corsFiles(rw)
+	h := rw.Header()
+	h.Set("Access-Control-Allow-Methods", "GET, PUT, POST, DELETE")
+	h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type")
+	h.Set("Access-Control-Max-Age", "600")
+	rw.WriteHeader(http.StatusNoContent)
+}
+
 type filesHandler func(rw http.ResponseWriter, r *http.Request, ac *agentclient.Client) error
 
 // files wraps a files-scoped handler: authorization, agent lookup, errors.
 func (w *Worker) files(h filesHandler) http.HandlerFunc {
 	return func(rw http.ResponseWriter, r *http.Request) {
+		corsFiles(rw)
 		if _, err := w.authorize(r, token.ScopeFiles); err != nil {
 			writeError(rw, err)
 			return
@@ -402,7 +453,11 @@ func (w *Worker) handleAttach(rw http.ResponseWriter, r *http.Request) {
 		writeError(rw, err)
 		return
 	}
-	conn, err := websocket.Accept(rw, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	conn, err := websocket.Accept(rw, r, &websocket.AcceptOptions{
+		// Any origin: the token authorizes, no cookie exists (see corsFiles).
+		InsecureSkipVerify: true,
+		Subprotocols:       []string{AttachProtocol},
+	})
 	if err != nil {
 		w.log.Debug("websocket accept", "err", err)
 		return
