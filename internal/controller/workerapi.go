@@ -439,6 +439,7 @@ func (c *Controller) observe(ctx context.Context, wid string, o workerapi.Observ
 		if a.empty() {
 			return false, nil
 		}
+		a.relate(open)
 		err = c.apply(ctx, a, sb)
 		if errors.Is(err, model.ErrConflict) {
 			continue
@@ -642,6 +643,9 @@ func (c *Controller) assignments(ctx context.Context, id string) (workerapi.Sync
 			}
 		}
 		a := workerapi.Assignment{Sandbox: workerapi.SpecOf(sb), Desired: desired}
+		if a.Operation, err = c.operationRef(ctx, sb, desired); err != nil {
+			return workerapi.SyncResponse{}, err
+		}
 		if desired != model.StateDeleted {
 			if a.Egress, err = service.EgressOf(ctx, c.st, &c.cas, sb); err != nil {
 				return workerapi.SyncResponse{}, fmt.Errorf("egress of sandbox %s: %w", sb.ID, err)
@@ -661,6 +665,24 @@ func (c *Controller) assignments(ctx context.Context, id string) (workerapi.Sync
 	}
 	resp.Version = int64(h.Sum64() & math.MaxInt64)
 	return resp, nil
+}
+
+// operationRef names sb's newest open operation for the worker's spans,
+// when the controller traces and sb is on its way somewhere (a settled
+// sandbox costs no query).
+func (c *Controller) operationRef(ctx context.Context, sb model.Sandbox, desired model.SandboxState) (*workerapi.OperationRef, error) {
+	if c.tracer == nil || (sb.State == desired && sb.Task == nil) {
+		return nil, nil
+	}
+	open, err := c.st.ListOperations(ctx, store.OperationFilter{SandboxID: sb.ID, Open: true})
+	if err != nil {
+		return nil, fmt.Errorf("operations of sandbox %s: %w", sb.ID, err)
+	}
+	if len(open) == 0 || open[len(open)-1].TraceParent == "" {
+		return nil, nil
+	}
+	op := open[len(open)-1]
+	return &workerapi.OperationRef{ID: op.ID, Kind: op.Kind, OrgID: op.OrgID, TraceParent: op.TraceParent}, nil
 }
 
 // templateRemovals are the deleted templates worker id last reported.

@@ -13,10 +13,12 @@
 package tracing
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -307,6 +309,18 @@ func (w *StatusWriter) Flush() {
 }
 
 func (w *StatusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Hijack passes a WebSocket upgrade through (101 counted as the status).
+func (w *StatusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	h, ok := w.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, http.ErrNotSupported
+	}
+	if w.code == 0 {
+		w.code = http.StatusSwitchingProtocols
+	}
+	return h.Hijack()
+}
 
 // Code is the status written (0 if none yet).
 func (w *StatusWriter) Code() int { return w.code }
