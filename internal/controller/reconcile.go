@@ -585,13 +585,13 @@ func (c *Controller) apply(ctx context.Context, a action, read model.Sandbox) (e
 	if a.sb != nil {
 		attrs = append(attrs, "sandbox", sb.ID, "state", sb.State, "worker", sb.WorkerID, "reason", sb.Reason)
 		if err := c.ev.Sandbox(ctx, sb); err != nil {
-			c.log.Warn("controller: sandbox event", "sandbox", sb.ID, "err", err)
+			c.log.WarnContext(ctx, "controller: sandbox event", "sandbox", sb.ID, "err", err)
 		}
 	}
 	if a.op != nil {
 		attrs = append(attrs, "operation", op.ID, "op_state", op.State, "op_reason", op.Reason)
 		if err := c.ev.Operation(ctx, op); err != nil {
-			c.log.Warn("controller: operation event", "operation", op.ID, "err", err)
+			c.log.WarnContext(ctx, "controller: operation event", "operation", op.ID, "err", err)
 		}
 	}
 	if a.serves != nil && a.op == nil {
@@ -630,7 +630,13 @@ func idleFor(sb model.Sandbox, now time.Time) time.Duration {
 // suspendIdle starts a suspend of sandbox id, idle for d, if it is still
 // idle, with the reason "idle for <d>". A sandbox that moved on (activity,
 // another operation, a lost race) is left alone.
-func (c *Controller) suspendIdle(ctx context.Context, id string, d time.Duration) error {
+func (c *Controller) suspendIdle(ctx context.Context, id string, d time.Duration) (err error) {
+	if c.tracer != nil {
+		// The suspend's own trace, which its operation keeps.
+		var span trace.Span
+		ctx, span = c.tracer.Start(ctx, "controller: idle auto-suspend", trace.WithAttributes(tracing.SandboxID.String(id)))
+		defer func() { tracing.End(span, err) }()
+	}
 	op, started, err := service.StartLifecycle(ctx, c.st, c.ev, service.LifecycleRequest{
 		SandboxID: id, Kind: model.OpSuspend, Now: c.now(), Deadline: c.cfg.OperationDeadline,
 		Reason: service.IdleFor(d),
@@ -648,7 +654,7 @@ func (c *Controller) suspendIdle(ctx context.Context, id string, d time.Duration
 		return fmt.Errorf("controller: idle auto-suspend of %s: %w", id, err)
 	}
 	if started {
-		c.log.Info("controller: idle auto-suspend", "sandbox", id, "operation", op.ID, "idle", d)
+		c.log.InfoContext(ctx, "controller: idle auto-suspend", "sandbox", id, "operation", op.ID, "idle", d)
 	}
 	return nil
 }

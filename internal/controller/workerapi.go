@@ -23,7 +23,10 @@ import (
 	"github.com/airlock/airlock/internal/service"
 	"github.com/airlock/airlock/internal/store"
 	"github.com/airlock/airlock/internal/token"
+	"github.com/airlock/airlock/internal/tracing"
 	"github.com/airlock/airlock/internal/workerapi"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 var workerIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
@@ -720,7 +723,15 @@ func secretsDigest(m map[string]string) [32]byte {
 // data-plane request arrived for it, or returns the operation already
 // taking it to running. model.ErrConflict when the sandbox opted out of
 // auto-wake or cannot be woken from its state.
-func (c *Controller) Wake(ctx context.Context, wid string, req workerapi.WakeRequest) (model.Operation, error) {
+func (c *Controller) Wake(ctx context.Context, wid string, req workerapi.WakeRequest) (_ model.Operation, err error) {
+	if c.tracer != nil {
+		// The wake's own trace (the worker's request is not traced), which
+		// its operation keeps.
+		var span trace.Span
+		ctx, span = c.tracer.Start(ctx, "controller: auto-wake", trace.WithAttributes(
+			tracing.SandboxID.String(req.SandboxID), tracing.WorkerID.String(wid)))
+		defer func() { tracing.End(span, err) }()
+	}
 	sb, err := c.st.GetSandbox(ctx, req.SandboxID)
 	if errors.Is(err, model.ErrNotFound) || err == nil && sb.WorkerID != wid {
 		return model.Operation{}, model.Errorf(model.ErrNotFound, "sandbox %q is not assigned to worker %s", req.SandboxID, wid)
@@ -740,7 +751,7 @@ func (c *Controller) Wake(ctx context.Context, wid string, req workerapi.WakeReq
 		c.log.Warn("controller: record activity", "sandbox", sb.ID, "err", err)
 	}
 	if started {
-		c.log.Info("controller: auto-wake", "sandbox", sb.ID, "worker", wid, "operation", op.ID)
+		c.log.InfoContext(ctx, "controller: auto-wake", "sandbox", sb.ID, "worker", wid, "operation", op.ID)
 		c.Kick()
 	}
 	return op, nil
