@@ -39,11 +39,19 @@ func TestTracesAcrossServerAndWorker(t *testing.T) {
 	serverTP, workerTP := newTP(tracing.ServiceServer), newTP(tracing.ServiceWorker)
 	s := startFakeStackTraced(t, serverTP.TracerProvider(), func(c *worker.Config) { c.Tracer = workerTP.TracerProvider() })
 
-	sb, op, err := s.c.CreateSandbox(ctx, client.CreateSandboxRequest{Runtime: fake.Name, Resources: model.Resources{VCPUs: 1, MemoryMiB: 256}}, "")
+	driveTracedLifecycle(t, ctx, s.c, fake.Name, rcv, serverTP, workerTP)
+}
+
+// driveTracedLifecycle drives a sandbox of runtime rt through create,
+// pause, resume, suspend, wake and delete on c, then checks the spans rcv
+// received from the server's and the worker's providers.
+func driveTracedLifecycle(t *testing.T, ctx context.Context, c *client.Client, rt string, rcv *tracingtest.Receiver, serverTP, workerTP *tracing.Provider) {
+	t.Helper()
+	sb, op, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Runtime: rt, Resources: model.Resources{VCPUs: 1, MemoryMiB: 256}}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if op, err = s.c.WaitOperation(ctx, op.ID); err != nil || op.State != model.OpSucceeded {
+	if op, err = c.WaitOperation(ctx, op.ID); err != nil || op.State != model.OpSucceeded {
 		t.Fatalf("create: %v %+v", err, op)
 	}
 	ops := map[model.OperationKind]string{model.OpCreate: op.ID}
@@ -53,19 +61,19 @@ func TestTracesAcrossServerAndWorker(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", kind, err)
 		}
-		if op, err = s.c.WaitOperation(ctx, op.ID); err != nil || op.State != model.OpSucceeded {
+		if op, err = c.WaitOperation(ctx, op.ID); err != nil || op.State != model.OpSucceeded {
 			t.Fatalf("%s: %v %+v", kind, err, op)
 		}
-		if got, err := s.c.GetSandbox(ctx, sb.ID); err != nil || got.State != want {
+		if got, err := c.GetSandbox(ctx, sb.ID); err != nil || got.State != want {
 			t.Fatalf("after %s: %v, state %s, want %s", kind, err, got.State, want)
 		}
 		ops[kind] = op.ID
 	}
-	step(model.OpPause, s.c.PauseSandbox, model.StatePaused)
-	step(model.OpResume, s.c.ResumeSandbox, model.StateRunning)
-	step(model.OpSuspend, s.c.SuspendSandbox, model.StateSuspended)
-	step(model.OpWake, s.c.WakeSandbox, model.StateRunning)
-	step(model.OpDelete, s.c.DeleteSandbox, model.StateDeleted)
+	step(model.OpPause, c.PauseSandbox, model.StatePaused)
+	step(model.OpResume, c.ResumeSandbox, model.StateRunning)
+	step(model.OpSuspend, c.SuspendSandbox, model.StateSuspended)
+	step(model.OpWake, c.WakeSandbox, model.StateRunning)
+	step(model.OpDelete, c.DeleteSandbox, model.StateDeleted)
 	// A worker's action span ends after the action reported the outcome
 	// that completed the operation (a wake still retires the snapshot it
 	// came from): give the last ones a moment.
