@@ -110,6 +110,11 @@ func driveTracedLifecycle(t *testing.T, ctx context.Context, c *client.Client, r
 		{model.OpWake, "POST /v1/sandboxes/{id}/wake", "worker.wake", []string{"runtime.restore", "agent.wait_ready"}},
 		{model.OpDelete, "DELETE /v1/sandboxes/{id}", "worker.delete", []string{"runtime.delete"}},
 	}
+	traces := map[string]int{}
+	for _, sp := range spans {
+		traces[sp.TraceID]++
+	}
+	t.Logf("%d spans in %d traces from %d export requests", len(spans), len(traces), rcv.Requests())
 	for _, c := range cases {
 		t.Run(string(c.kind), func(t *testing.T) {
 			opID := ops[c.kind]
@@ -125,6 +130,7 @@ func driveTracedLifecycle(t *testing.T, ctx context.Context, c *client.Client, r
 			}
 			checkAttrs(t, root, sb.ID, opID, c.kind, sb.OrgID)
 			inTrace := find(spans, func(s tracingtest.Span) bool { return s.TraceID == root.TraceID })
+			t.Logf("operation %s: %d spans in its trace", opID, len(inTrace))
 
 			ctrl := find(inTrace, func(s tracingtest.Span) bool {
 				return s.Service == tracing.ServiceServer && strings.HasPrefix(s.Name, "controller: ")
