@@ -302,24 +302,24 @@ func (w *StatusWriter) Write(b []byte) (int, error) {
 	return w.ResponseWriter.Write(b)
 }
 
-func (w *StatusWriter) Flush() {
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
+// Flush and FlushError flush through whatever w wraps, following Unwrap
+// (a writer that only unwraps, such as the API's metrics recorder, still
+// streams).
+func (w *StatusWriter) Flush() { _ = w.FlushError() }
+
+func (w *StatusWriter) FlushError() error {
+	return http.NewResponseController(w.ResponseWriter).Flush()
 }
 
 func (w *StatusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // Hijack passes a WebSocket upgrade through (101 counted as the status).
 func (w *StatusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	h, ok := w.ResponseWriter.(http.Hijacker)
-	if !ok {
-		return nil, nil, http.ErrNotSupported
-	}
-	if w.code == 0 {
+	c, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err == nil && w.code == 0 {
 		w.code = http.StatusSwitchingProtocols
 	}
-	return h.Hijack()
+	return c, rw, err
 }
 
 // Code is the status written (0 if none yet).

@@ -187,3 +187,22 @@ func TestTransportInject(t *testing.T) {
 		t.Errorf("client spans under the action = %d, want 2", clients)
 	}
 }
+
+type unwrapOnly struct{ http.ResponseWriter }
+
+func (u unwrapOnly) Unwrap() http.ResponseWriter { return u.ResponseWriter }
+
+// TestStatusWriterStreams: the span's status recorder flushes through a
+// writer that only unwraps (the API's metrics recorder), so event streams
+// still stream with tracing on.
+func TestStatusWriterStreams(t *testing.T) {
+	rec := httptest.NewRecorder()
+	w := &tracing.StatusWriter{ResponseWriter: unwrapOnly{rec}}
+	w.Write([]byte("data: x\n\n"))
+	if err := http.NewResponseController(w).Flush(); err != nil || !rec.Flushed {
+		t.Errorf("flush through an unwrapping writer: err %v, flushed %v", err, rec.Flushed)
+	}
+	if w.Code() != http.StatusOK {
+		t.Errorf("code = %d", w.Code())
+	}
+}
