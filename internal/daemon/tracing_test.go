@@ -8,6 +8,7 @@ package daemon
 // runtime steps — are one trace with the right parents and attributes.
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sort"
@@ -55,6 +56,16 @@ func driveTracedLifecycle(t *testing.T, ctx context.Context, c *client.Client, r
 		t.Fatalf("create: %v %+v", err, op)
 	}
 	ops := map[model.OperationKind]string{model.OpCreate: op.ID}
+	// A command through the data plane, whose server span wraps the
+	// attach's WebSocket (the upgrade passes through it).
+	cmd, err := c.CreateCommand(ctx, sb.ID, client.CreateCommandRequest{Argv: []string{"/bin/sh", "-c", "echo traced"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if exit, err := client.RunCommand(ctx, cmd.AttachURL, cmd.Token, nil, &out, &errb); err != nil || exit.ExitCode != 0 || out.String() != "traced\n" {
+		t.Fatalf("command with tracing on: %v exit %+v out %q err %q", err, exit, out.String(), errb.String())
+	}
 	step := func(kind model.OperationKind, req func(context.Context, string) (model.Operation, error), want model.SandboxState) {
 		t.Helper()
 		op, err := req(ctx, sb.ID)
@@ -171,6 +182,11 @@ func driveTracedLifecycle(t *testing.T, ctx context.Context, c *client.Client, r
 				}
 			}
 		})
+	}
+	if dp := find(spans, func(s tracingtest.Span) bool {
+		return s.Service == tracing.ServiceWorker && s.Kind == 2 && s.Attrs["airlock.sandbox.id"] == sb.ID
+	}); len(dp) == 0 {
+		t.Errorf("no data-plane server span for the command's attach\n%s", dump(spans))
 	}
 	// The worker's calls to the agent are client spans under its actions,
 	// never sent to the guest (tracing.Transport without inject).
