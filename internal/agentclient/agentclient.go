@@ -55,6 +55,12 @@ func New(dial func(ctx context.Context) (net.Conn, error)) *Client {
 	return &Client{tr: tr, hc: &http.Client{Transport: tr}}
 }
 
+// WrapTransport puts wrap around the transport of c's requests (the
+// worker's client spans); raw proxied streams keep the bare transport.
+func (c *Client) WrapTransport(wrap func(http.RoundTripper) http.RoundTripper) {
+	c.hc.Transport = wrap(c.tr)
+}
+
 // Close closes idle connections.
 func (c *Client) Close() error {
 	c.tr.CloseIdleConnections()

@@ -23,6 +23,9 @@ import (
 	"github.com/airlock/airlock/internal/httplimit"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/service"
+	"github.com/airlock/airlock/internal/tracing"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // MaxBodyBytes caps every request body.
@@ -42,6 +45,12 @@ type Options struct {
 	// duration (the daemon's Prometheus metrics). An event stream is
 	// observed when it ends.
 	Observe func(method, route string, status int, d time.Duration)
+	// Tracer, when it records (internal/tracing), gives every request a
+	// server span named "METHOD /route/{pattern}" with the org and the
+	// sandbox it acts on; the operation a request writes annotates it and
+	// keeps its trace context (the store does both). A client's
+	// traceparent is not trusted: each request starts its own trace.
+	Tracer trace.TracerProvider
 }
 
 type server struct {
@@ -50,6 +59,7 @@ type server struct {
 	keepAlive time.Duration
 	streams   streamCounter
 	observe   func(method, route string, status int, d time.Duration)
+	tracer    trace.Tracer // nil: tracing off
 }
 
 // route is one endpoint. auth=false routes are public.
@@ -125,6 +135,9 @@ func New(svc *service.Service, opts Options) http.Handler {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
+	if tracing.On(opts.Tracer) {
+		s.tracer = tracing.Tracer(opts.Tracer)
+	}
 	if s.keepAlive <= 0 {
 		s.keepAlive = 15 * time.Second
 	}
@@ -144,6 +157,18 @@ func (s *server) wrap(rt route) http.Handler {
 			defer func() { s.observe(rt.method, rt.path, sw.code(), time.Since(t0)) }()
 			w = sw
 		}
+		var span trace.Span
+		if s.tracer != nil {
+			var ctx context.Context
+			ctx, span = tracing.ServerSpan(s.tracer, r, rt.method+" "+rt.path, false)
+			if id := r.PathValue("id"); id != "" && strings.HasPrefix(rt.path, "/v1/sandboxes/{id}") {
+				span.SetAttributes(tracing.SandboxID.String(id))
+			}
+			r = r.WithContext(ctx)
+			tw := &tracing.StatusWriter{ResponseWriter: w}
+			defer func() { tracing.EndServer(span, tw.Code()) }()
+			w = tw
+		}
 		var p service.Principal
 		if rt.auth {
 			var err error
@@ -151,6 +176,9 @@ func (s *server) wrap(rt route) http.Handler {
 			if err != nil {
 				s.writeError(w, r, err)
 				return
+			}
+			if span != nil {
+				span.SetAttributes(tracing.OrgID.String(p.OrgID))
 			}
 		}
 		if err := rt.h(s, w, r, p); err != nil {
@@ -266,7 +294,7 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		return // the client went away
 	default:
-		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		s.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	writeJSON(w, status, apitypes.ErrorResponse{Error: apitypes.ErrorBody{Code: code, Message: msg}})
 }

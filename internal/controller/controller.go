@@ -34,7 +34,10 @@ import (
 	"github.com/airlock/airlock/internal/service"
 	"github.com/airlock/airlock/internal/store"
 	"github.com/airlock/airlock/internal/token"
+	"github.com/airlock/airlock/internal/tracing"
 	"github.com/airlock/airlock/internal/workerapi"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults for Config.
@@ -70,6 +73,11 @@ type Config struct {
 	OperationDeadline time.Duration
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
+	// Tracer, when it records (internal/tracing), gives every transition
+	// that serves an operation a span in that operation's trace (the
+	// traceparent the operation keeps), and hands the trace to the
+	// worker with the sandbox's assignment (workerapi.OperationRef).
+	Tracer trace.TracerProvider
 }
 
 // Controller reconciles sandboxes and operations and serves workers.
@@ -92,6 +100,7 @@ type Controller struct {
 	// onRound receives every full round Run makes (ObserveRounds; nil:
 	// none).
 	onRound atomic.Pointer[func(RoundStats)]
+	tracer  trace.Tracer // nil: tracing off
 }
 
 // RoundStats describes one full reconcile round.
@@ -134,7 +143,11 @@ func New(cfg Config) *Controller {
 	if cfg.Events == nil {
 		cfg.Events = events.New(cfg.Store)
 	}
-	return &Controller{cfg: cfg, st: cfg.Store, ev: cfg.Events, log: cfg.Logger, kick: make(chan struct{}, 1), stopping: make(chan struct{})}
+	c := &Controller{cfg: cfg, st: cfg.Store, ev: cfg.Events, log: cfg.Logger, kick: make(chan struct{}, 1), stopping: make(chan struct{})}
+	if tracing.On(cfg.Tracer) {
+		c.tracer = tracing.Tracer(cfg.Tracer)
+	}
+	return c
 }
 
 // OperationDeadline is how long new operations should be given.

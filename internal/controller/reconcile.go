@@ -11,6 +11,10 @@ import (
 	"github.com/airlock/airlock/internal/scheduler"
 	"github.com/airlock/airlock/internal/service"
 	"github.com/airlock/airlock/internal/store"
+	"github.com/airlock/airlock/internal/tracing"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // maxSteps bounds the transitions one reconcile of one sandbox makes before
@@ -34,6 +38,21 @@ type action struct {
 	op    *model.Operation
 	newOp bool
 	why   string
+	// serves is the operation the transition serves, for its span: a.op
+	// when it updates one, else the sandbox's newest open operation (nil:
+	// none).
+	serves *model.Operation
+}
+
+// relate sets a.serves from a and the sandbox's open operations.
+func (a *action) relate(open []model.Operation) {
+	switch {
+	case a.op != nil && !a.newOp:
+		a.serves = a.op
+	case len(open) > 0:
+		op := open[len(open)-1]
+		a.serves = &op
+	}
 }
 
 func (a action) empty() bool { return a.sb == nil && a.op == nil }
@@ -165,6 +184,7 @@ func (c *Controller) reconcile(ctx context.Context, r *round, id string) error {
 		if a.empty() {
 			return nil
 		}
+		a.relate(open)
 		if err := c.apply(ctx, a, sb); err != nil {
 			if errors.Is(err, model.ErrConflict) {
 				continue // a concurrent writer moved sb on: decide again
@@ -492,12 +512,35 @@ func (c *Controller) decideExpiry(sb model.Sandbox, open []model.Operation, now 
 
 // apply writes a (both writes in one transaction when both change) and
 // appends the events.
-func (c *Controller) apply(ctx context.Context, a action, read model.Sandbox) error {
+func (c *Controller) apply(ctx context.Context, a action, read model.Sandbox) (err error) {
 	var (
-		sb  model.Sandbox
-		op  model.Operation
-		err error
+		sb model.Sandbox
+		op model.Operation
 	)
+	if c.tracer != nil && (a.newOp || a.serves != nil && a.serves.TraceParent != "") {
+		// The span joins the trace of the request that made the operation;
+		// an operation the controller makes itself (expiry) starts a trace
+		// of its own, which the operation then keeps.
+		var span trace.Span
+		if a.serves != nil && !a.newOp {
+			ctx = tracing.WithTraceParent(ctx, a.serves.TraceParent)
+		}
+		ctx, span = c.tracer.Start(ctx, "controller: "+a.why, trace.WithAttributes(
+			tracing.SandboxID.String(read.ID), tracing.OrgID.String(read.OrgID),
+			attribute.String("airlock.transition", a.why)))
+		if a.serves != nil && !a.newOp {
+			span.SetAttributes(tracing.OperationAttrs(*a.serves)...)
+		}
+		defer func() {
+			if a.sb != nil {
+				span.SetAttributes(attribute.String("airlock.sandbox.state", string(sb.State)), tracing.WorkerID.String(sb.WorkerID))
+			}
+			if a.op != nil {
+				span.SetAttributes(attribute.String("airlock.operation.state", string(op.State)))
+			}
+			tracing.End(span, err)
+		}()
+	}
 	switch {
 	case a.sb != nil && a.op != nil:
 		err = c.st.InTx(ctx, func(tx store.Tx) error {
@@ -542,16 +585,19 @@ func (c *Controller) apply(ctx context.Context, a action, read model.Sandbox) er
 	if a.sb != nil {
 		attrs = append(attrs, "sandbox", sb.ID, "state", sb.State, "worker", sb.WorkerID, "reason", sb.Reason)
 		if err := c.ev.Sandbox(ctx, sb); err != nil {
-			c.log.Warn("controller: sandbox event", "sandbox", sb.ID, "err", err)
+			c.log.WarnContext(ctx, "controller: sandbox event", "sandbox", sb.ID, "err", err)
 		}
 	}
 	if a.op != nil {
 		attrs = append(attrs, "operation", op.ID, "op_state", op.State, "op_reason", op.Reason)
 		if err := c.ev.Operation(ctx, op); err != nil {
-			c.log.Warn("controller: operation event", "operation", op.ID, "err", err)
+			c.log.WarnContext(ctx, "controller: operation event", "operation", op.ID, "err", err)
 		}
 	}
-	c.log.Info("controller: transition", attrs...)
+	if a.serves != nil && a.op == nil {
+		attrs = append(attrs, "operation", a.serves.ID)
+	}
+	c.log.InfoContext(ctx, "controller: transition", attrs...)
 	return nil
 }
 
@@ -584,7 +630,13 @@ func idleFor(sb model.Sandbox, now time.Time) time.Duration {
 // suspendIdle starts a suspend of sandbox id, idle for d, if it is still
 // idle, with the reason "idle for <d>". A sandbox that moved on (activity,
 // another operation, a lost race) is left alone.
-func (c *Controller) suspendIdle(ctx context.Context, id string, d time.Duration) error {
+func (c *Controller) suspendIdle(ctx context.Context, id string, d time.Duration) (err error) {
+	if c.tracer != nil {
+		// The suspend's own trace, which its operation keeps.
+		var span trace.Span
+		ctx, span = c.tracer.Start(ctx, "controller: idle auto-suspend", trace.WithAttributes(tracing.SandboxID.String(id)))
+		defer func() { tracing.End(span, err) }()
+	}
 	op, started, err := service.StartLifecycle(ctx, c.st, c.ev, service.LifecycleRequest{
 		SandboxID: id, Kind: model.OpSuspend, Now: c.now(), Deadline: c.cfg.OperationDeadline,
 		Reason: service.IdleFor(d),
@@ -602,7 +654,7 @@ func (c *Controller) suspendIdle(ctx context.Context, id string, d time.Duration
 		return fmt.Errorf("controller: idle auto-suspend of %s: %w", id, err)
 	}
 	if started {
-		c.log.Info("controller: idle auto-suspend", "sandbox", id, "operation", op.ID, "idle", d)
+		c.log.InfoContext(ctx, "controller: idle auto-suspend", "sandbox", id, "operation", op.ID, "idle", d)
 	}
 	return nil
 }

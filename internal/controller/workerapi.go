@@ -23,7 +23,10 @@ import (
 	"github.com/airlock/airlock/internal/service"
 	"github.com/airlock/airlock/internal/store"
 	"github.com/airlock/airlock/internal/token"
+	"github.com/airlock/airlock/internal/tracing"
 	"github.com/airlock/airlock/internal/workerapi"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 var workerIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
@@ -439,6 +442,7 @@ func (c *Controller) observe(ctx context.Context, wid string, o workerapi.Observ
 		if a.empty() {
 			return false, nil
 		}
+		a.relate(open)
 		err = c.apply(ctx, a, sb)
 		if errors.Is(err, model.ErrConflict) {
 			continue
@@ -642,6 +646,9 @@ func (c *Controller) assignments(ctx context.Context, id string) (workerapi.Sync
 			}
 		}
 		a := workerapi.Assignment{Sandbox: workerapi.SpecOf(sb), Desired: desired}
+		if a.Operation, err = c.operationRef(ctx, sb, desired); err != nil {
+			return workerapi.SyncResponse{}, err
+		}
 		if desired != model.StateDeleted {
 			if a.Egress, err = service.EgressOf(ctx, c.st, &c.cas, sb); err != nil {
 				return workerapi.SyncResponse{}, fmt.Errorf("egress of sandbox %s: %w", sb.ID, err)
@@ -661,6 +668,24 @@ func (c *Controller) assignments(ctx context.Context, id string) (workerapi.Sync
 	}
 	resp.Version = int64(h.Sum64() & math.MaxInt64)
 	return resp, nil
+}
+
+// operationRef names sb's newest open operation for the worker's spans,
+// when the controller traces and sb is on its way somewhere (a settled
+// sandbox costs no query).
+func (c *Controller) operationRef(ctx context.Context, sb model.Sandbox, desired model.SandboxState) (*workerapi.OperationRef, error) {
+	if c.tracer == nil || (sb.State == desired && sb.Task == nil) {
+		return nil, nil
+	}
+	open, err := c.st.ListOperations(ctx, store.OperationFilter{SandboxID: sb.ID, Open: true})
+	if err != nil {
+		return nil, fmt.Errorf("operations of sandbox %s: %w", sb.ID, err)
+	}
+	if len(open) == 0 || open[len(open)-1].TraceParent == "" {
+		return nil, nil
+	}
+	op := open[len(open)-1]
+	return &workerapi.OperationRef{ID: op.ID, Kind: op.Kind, OrgID: op.OrgID, TraceParent: op.TraceParent}, nil
 }
 
 // templateRemovals are the deleted templates worker id last reported.
@@ -702,7 +727,15 @@ const wakeSettleWait = 10 * time.Second
 // data-plane request arrived for it, or returns the operation already
 // taking it to running. model.ErrConflict when the sandbox opted out of
 // auto-wake or cannot be woken from its state.
-func (c *Controller) Wake(ctx context.Context, wid string, req workerapi.WakeRequest) (model.Operation, error) {
+func (c *Controller) Wake(ctx context.Context, wid string, req workerapi.WakeRequest) (_ model.Operation, err error) {
+	if c.tracer != nil {
+		// The wake's own trace (the worker's request is not traced), which
+		// its operation keeps.
+		var span trace.Span
+		ctx, span = c.tracer.Start(ctx, "controller: auto-wake", trace.WithAttributes(
+			tracing.SandboxID.String(req.SandboxID), tracing.WorkerID.String(wid)))
+		defer func() { tracing.End(span, err) }()
+	}
 	sb, err := c.st.GetSandbox(ctx, req.SandboxID)
 	if errors.Is(err, model.ErrNotFound) || err == nil && sb.WorkerID != wid {
 		return model.Operation{}, model.Errorf(model.ErrNotFound, "sandbox %q is not assigned to worker %s", req.SandboxID, wid)
@@ -744,7 +777,7 @@ func (c *Controller) Wake(ctx context.Context, wid string, req workerapi.WakeReq
 		c.log.Warn("controller: record activity", "sandbox", sb.ID, "err", err)
 	}
 	if started {
-		c.log.Info("controller: auto-wake", "sandbox", sb.ID, "worker", wid, "operation", op.ID)
+		c.log.InfoContext(ctx, "controller: auto-wake", "sandbox", sb.ID, "worker", wid, "operation", op.ID)
 		c.Kick()
 	}
 	return op, nil

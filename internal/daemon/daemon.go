@@ -49,9 +49,12 @@ import (
 	"github.com/airlock/airlock/internal/store/postgres"
 	"github.com/airlock/airlock/internal/store/sqlite"
 	"github.com/airlock/airlock/internal/store/sqlstore"
+	"github.com/airlock/airlock/internal/tracing"
 	"github.com/airlock/airlock/internal/ui"
 	"github.com/airlock/airlock/internal/worker"
 	"github.com/airlock/airlock/internal/workerapi"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Main runs the daemon subcommand name ("up", "server" or "worker") with its
@@ -97,7 +100,8 @@ func newLogger(level string) *slog.Logger {
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		l = slog.LevelInfo
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+	// Records logged with a traced context carry its trace_id.
+	return slog.New(tracing.LogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})))
 }
 
 func up(ctx context.Context, args []string) error {
@@ -114,6 +118,7 @@ func up(ctx context.Context, args []string) error {
 	quotas := addQuotaFlags(fs)
 	eg := addEgressFlags(fs)
 	metricsAddr := addMetricsFlag(fs)
+	otlp := addTraceFlag(fs)
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	var warm warmFlag
 	fs.Var(&warm, "warm", warmUsage)
@@ -133,6 +138,15 @@ func up(ctx context.Context, args []string) error {
 		return err
 	}
 	log := newLogger(*logLevel)
+	serverTP, err := startTracing(ctx, tracing.ServiceServer, *otlp, log)
+	if err != nil {
+		return err
+	}
+	workerTP, err := startTracing(ctx, tracing.ServiceWorker, *otlp, log)
+	if err != nil {
+		return err
+	}
+	defer tracing.ShutdownAll(serverTP, workerTP)
 	progress := progressWriter{}
 	if err := os.MkdirAll(*dataDir, 0o700); err != nil {
 		return fmt.Errorf("create data dir: %w", err)
@@ -165,7 +179,7 @@ func up(ctx context.Context, args []string) error {
 		// carries.
 		workerHTTP = pinnedClient(tlsCfg)
 	}
-	srv, err := newServer(ctx, st, wt, *deadline, log, now, quotas.apply, func(c *service.Config) {
+	srv, err := newServer(ctx, st, wt, *deadline, log, now, serverTP.TracerProvider(), quotas.apply, func(c *service.Config) {
 		ready := c.Ready // the controller's
 		c.Ready = func(ctx context.Context) error {
 			if !workerUp.Load() {
@@ -207,6 +221,7 @@ func up(ctx context.Context, args []string) error {
 		dataDir: *dataDir, serverURL: url, token: wt, dataListen: *dataListen,
 		id: workerID, log: log, progress: progress, qemu: *withQEMU, templateImages: runtimeSet(*images),
 		tls: tlsCfg, egress: eg, shipped: runtimeSet(*shipped), capacity: capacity,
+		tracer: workerTP.TracerProvider(),
 	}
 	if wo.metrics, err = startMetrics(ctx, *metricsAddr, log); err != nil {
 		return err
@@ -268,6 +283,7 @@ func serverCmd(ctx context.Context, args []string) error {
 	e2bDomain := fs.String("e2b-domain", os.Getenv("AIRLOCK_E2B_DOMAIN"), "sandbox domain E2B answers name, for <port>-<id>.<domain> hosts behind wildcard DNS (or $AIRLOCK_E2B_DOMAIN; default: the host a request came to)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	metricsAddr := addMetricsFlag(fs)
+	otlp := addTraceFlag(fs)
 	var warm warmFlag
 	fs.Var(&warm, "warm", warmUsage+"; a template no worker has yet is retried")
 	quotas := addQuotaFlags(fs)
@@ -293,13 +309,18 @@ func serverCmd(ctx context.Context, args []string) error {
 	if err := os.MkdirAll(*dataDir, 0o700); err != nil {
 		return fmt.Errorf("create data dir: %w", err)
 	}
+	tp, err := startTracing(ctx, tracing.ServiceServer, *otlp, log)
+	if err != nil {
+		return err
+	}
+	defer tracing.ShutdownAll(tp)
 	now := time.Now // the one clock of the store, the controller and the service
 	st, err := openStore(ctx, *db, *dataDir, now)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	srv, err := newServer(ctx, st, *workerToken, *deadline, log, now, quotas.apply)
+	srv, err := newServer(ctx, st, *workerToken, *deadline, log, now, tp.TracerProvider(), quotas.apply)
 	if err == nil {
 		srv.e2b.SetDomain(*e2bDomain)
 	}
@@ -360,6 +381,7 @@ func workerCmd(ctx context.Context, args []string) error {
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	eg := addEgressFlags(fs)
 	metricsAddr := addMetricsFlag(fs)
+	otlp := addTraceFlag(fs)
 	tlsf := addTLSFlags(fs, "the data plane")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -387,12 +409,17 @@ func workerCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	tp, err := startTracing(ctx, tracing.ServiceWorker, *otlp, log)
+	if err != nil {
+		return err
+	}
+	defer tracing.ShutdownAll(tp)
 	w, err := newWorker(ctx, workerOptions{
 		capacity: capacity,
 		dataDir:  *dataDir, serverURL: *serverURL, token: *workerToken,
 		dataListen: *dataListen, advertise: *advertise, id: *id, log: log, progress: progressWriter{},
 		qemu: *withQEMU, templateImages: runtimeSet(*images), tls: tlsCfg, egress: eg, metrics: m,
-		shipped: runtimeSet(*shipped),
+		shipped: runtimeSet(*shipped), tracer: tp.TracerProvider(),
 	})
 	if err != nil {
 		return err
@@ -440,13 +467,15 @@ type server struct {
 // newServer builds the server's parts over st; tune, if set, adjusts the
 // service's configuration before the service is made (quotas, readiness,
 // the data-plane client).
-func newServer(ctx context.Context, st store.Store, workerToken string, deadline time.Duration, log *slog.Logger, now func() time.Time, tune ...func(*service.Config)) (*server, error) {
+// tp traces API requests, the controller's transitions and the data-plane
+// calls (nil: off).
+func newServer(ctx context.Context, st store.Store, workerToken string, deadline time.Duration, log *slog.Logger, now func() time.Time, tp trace.TracerProvider, tune ...func(*service.Config)) (*server, error) {
 	ev := events.New(st)
 	ev.Now = now
 	go ev.Listen(ctx) // other servers' appends wake this one's long polls, streams and controller
 	ctrl := controller.New(controller.Config{
 		Store: st, Events: ev, Logger: log.With("component", "controller"),
-		WorkerToken: workerToken, OperationDeadline: deadline, Now: now,
+		WorkerToken: workerToken, OperationDeadline: deadline, Now: now, Tracer: tp,
 	})
 	cfg := service.Config{
 		Store: st, Events: ev, Kick: ctrl.Kick, SigningKey: ctrl.CurrentSigningKey, Ready: ctrl.Ready,
@@ -456,6 +485,7 @@ func newServer(ctx context.Context, st store.Store, workerToken string, deadline
 	for _, t := range tune {
 		t(&cfg)
 	}
+	cfg.DataPlane = tracedDataPlane(cfg.DataPlane, tp)
 	svc := service.New(cfg)
 	srv := &server{svc: svc, cfg: cfg, ctrl: ctrl, log: log}
 	srv.e2b = e2bcompat.New(svc, e2bcompat.Options{
@@ -465,7 +495,7 @@ func newServer(ctx context.Context, st store.Store, workerToken string, deadline
 		Logger: log.With("component", "e2b"), SigningKey: ctrl.SigningKey,
 		LocalWorker: srv.localWorker,
 	})
-	native := api.New(svc, api.Options{Logger: log.With("component", "api"),
+	native := api.New(svc, api.Options{Logger: log.With("component", "api"), Tracer: tp,
 		Observe: func(method, route string, status int, d time.Duration) {
 			if f := srv.observeAPI.Load(); f != nil {
 				(*f)(method, route, status, d)
@@ -531,10 +561,11 @@ type workerOptions struct {
 	qemu                                                 bool // also offer the qemu runtime
 	// templateImages: runtimes whose creates restore a template image.
 	templateImages map[string]bool
-	tls            *tls.Config  // serve the data plane over TLS (nil: http)
-	httpClient     *http.Client // calls the server (nil: the default)
-	egress         egressFlags  // --egress and its settings (zero: off)
-	metrics        *metrics     // --metrics-addr's registry (nil: off)
+	tls            *tls.Config          // serve the data plane over TLS (nil: http)
+	httpClient     *http.Client         // calls the server (nil: the default)
+	egress         egressFlags          // --egress and its settings (zero: off)
+	metrics        *metrics             // --metrics-addr's registry (nil: off)
+	tracer         trace.TracerProvider // --otlp-endpoint's (nil: off)
 	// shipped: the shipped templates built at start (--build-templates).
 	shipped map[string]bool
 	// capacity: what the worker offers (capacityFlags.resolve of
@@ -646,6 +677,7 @@ func newWorker(ctx context.Context, o workerOptions) (*worker.Worker, error) {
 		CapacityVCPUs: o.capacity.vcpus,
 		FreeMiB:       o.capacity.free,
 		Logger:        o.log.With("component", "worker"),
+		Tracer:        o.tracer,
 	})
 	if err != nil {
 		return nil, err

@@ -29,6 +29,8 @@ import (
 	"github.com/airlock/airlock/internal/store/sqlite"
 	"github.com/airlock/airlock/internal/store/sqlstore"
 	"github.com/airlock/airlock/internal/worker"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // fakeStack is a server and one in-process worker over the fake runtime.
@@ -43,6 +45,13 @@ type fakeStack struct {
 // adjust the worker's config.
 func startFakeStack(t *testing.T, opts ...func(*worker.Config)) *fakeStack {
 	t.Helper()
+	return startFakeStackTraced(t, nil, opts...)
+}
+
+// startFakeStackTraced is startFakeStack with the server's tracer provider
+// tp (the worker's is opts' business: worker.Config.Tracer).
+func startFakeStackTraced(t *testing.T, tp trace.TracerProvider, opts ...func(*worker.Config)) *fakeStack {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	dir := t.TempDir()
 	log := newLogger("error")
@@ -52,7 +61,7 @@ func startFakeStack(t *testing.T, opts ...func(*worker.Config)) *fakeStack {
 		t.Fatal(err)
 	}
 	const workerToken = "fake-stack-worker-token"
-	srv, err := newServer(ctx, st, workerToken, 0, log, now)
+	srv, err := newServer(ctx, st, workerToken, 0, log, now, tp)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -284,6 +284,10 @@ type Operation struct {
 	CreatedAt time.Time      `json:"created_at"`
 	UpdatedAt time.Time      `json:"updated_at"`
 	Deadline  time.Time      `json:"deadline"`
+	// TraceParent is the W3C traceparent of the request (or controller
+	// round) that made the operation, "" when tracing was off: the spans
+	// that act on the operation later join that trace. Never on the wire.
+	TraceParent string `json:"-"`
 }
 
 // Org is a tenant.

@@ -281,25 +281,37 @@ func (s *Service) DeleteSandbox(ctx context.Context, p Principal, id string) (mo
 				return op, nil
 			}
 		}
-		if sb.DesiredState != model.StateDeleted {
-			sb.DesiredState = model.StateDeleted
-			updated, err := s.st.UpdateSandbox(ctx, sb)
-			if errors.Is(err, model.ErrConflict) {
-				continue // someone else wrote; re-read and decide again
-			}
-			if err != nil {
-				return model.Operation{}, fmt.Errorf("mark sandbox %s for deletion: %w", id, err)
-			}
-			sb = updated
-		}
 		now := s.now()
 		op := model.Operation{
 			ID: model.NewID("op"), OrgID: p.OrgID, SandboxID: id, Kind: model.OpDelete, State: model.OpPending,
 			Target: model.StateDeleted, CreatedAt: now, UpdatedAt: now, Deadline: now.Add(s.deadline()),
 		}
-		if err := s.st.CreateOperation(ctx, op); err != nil {
-			return model.Operation{}, fmt.Errorf("create delete operation for %s: %w", id, err)
+		// The desired state and the operation in one write: a worker that
+		// sees the sandbox's desired state also finds its operation (the
+		// trace its delete joins).
+		marked := sb
+		err = s.st.InTx(ctx, func(tx store.Tx) error {
+			if sb.DesiredState != model.StateDeleted {
+				nsb := sb
+				nsb.DesiredState = model.StateDeleted
+				updated, err := tx.UpdateSandbox(ctx, nsb)
+				if err != nil {
+					return err
+				}
+				marked = updated
+			}
+			if err := tx.CreateOperation(ctx, op); err != nil {
+				return fmt.Errorf("create delete operation: %w", err)
+			}
+			return nil
+		})
+		if errors.Is(err, model.ErrConflict) {
+			continue // someone else wrote; re-read and decide again
 		}
+		if err != nil {
+			return model.Operation{}, fmt.Errorf("mark sandbox %s for deletion: %w", id, err)
+		}
+		sb = marked
 		s.publish(ctx, &sb, &op)
 		s.kick()
 		return op, nil

@@ -204,7 +204,7 @@ func (b *buildRunner) Run(ctx context.Context, rootfs string, p agentapi.Process
 		return exit, fmt.Errorf("start the step's sandbox: %w", err)
 	}
 	defer h.Close()
-	ac := newAgentClient(h)
+	ac := w.newAgentClient(h)
 	defer ac.Close()
 	err = ac.WaitReady(sctx)
 	cancel()

@@ -64,6 +64,7 @@ import (
 	"github.com/airlock/airlock/internal/httperr"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/token"
+	"github.com/airlock/airlock/internal/tracing"
 	"github.com/airlock/airlock/internal/workerapi"
 )
 
@@ -99,7 +100,9 @@ func (w *Worker) Handler() http.Handler {
 	mux.HandleFunc("/", func(rw http.ResponseWriter, r *http.Request) {
 		writeError(rw, model.Errorf(model.ErrNotFound, "no route %s %s", r.Method, r.URL.Path))
 	})
-	return mux
+	// Server spans named by route, continuing the caller's trace (the
+	// server's data-plane calls send it); no-op without tracing.
+	return tracing.Middleware(w.cfg.Tracer, true, mux)
 }
 
 // authorize verifies the request's token for the path's sandbox and scope.

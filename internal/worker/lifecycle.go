@@ -45,6 +45,7 @@ import (
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/runtime"
 	"github.com/airlock/airlock/internal/snapshot"
+	"github.com/airlock/airlock/internal/tracing"
 	"github.com/airlock/airlock/internal/workerapi"
 )
 
@@ -81,9 +82,10 @@ func (w *Worker) startSuspend(ctx context.Context, sb *sandbox) {
 	sb.state, sb.reason = model.StateSuspending, ""
 	w.changed()
 	w.actions.Add(1)
+	ctx, span := w.actionSpan(ctx, sb.id, "suspend")
 	go func() {
 		defer w.actions.Done()
-		w.suspend(ctx, sb, snap)
+		tracing.End(span, w.suspend(ctx, sb, snap))
 	}()
 }
 
@@ -99,7 +101,9 @@ func (w *Worker) cannotSuspend(sb *sandbox) {
 	w.changed()
 }
 
-func (w *Worker) suspend(ctx context.Context, sb *sandbox, snap runtime.Snapshotter) {
+// suspend returns the suspend's failure, for its span (the outcome is
+// recorded on sb).
+func (w *Worker) suspend(ctx context.Context, sb *sandbox, snap runtime.Snapshotter) error {
 	// A suspend finishes even when the worker is stopping: a checkpoint cut
 	// short would leave the guest stopped without a snapshot.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), SuspendTimeout)
@@ -119,7 +123,7 @@ func (w *Worker) suspend(ctx context.Context, sb *sandbox, snap runtime.Snapshot
 	m, err := w.writeSnapshot(ctx, snap, sb.id, sb.id, false, meta)
 	if err != nil {
 		w.suspendFailed(ctx, sb, err)
-		return
+		return err
 	}
 	w.mu.Lock()
 	closeSandbox(sb) // the guest is stopped: its channel is useless
@@ -135,7 +139,7 @@ func (w *Worker) suspend(ctx context.Context, sb *sandbox, snap runtime.Snapshot
 		w.log.Warn("release suspended runtime", "sandbox", sb.id, "attempt", i+1, "err", derr)
 		time.Sleep(time.Second)
 	}
-	w.log.Info("sandbox suspended", "sandbox", sb.id, "snapshot", m.ID, "bytes", m.Bytes, "release", time.Since(tr).Round(time.Millisecond), "took", time.Since(t0))
+	w.log.InfoContext(ctx, "sandbox suspended", "sandbox", sb.id, "snapshot", m.ID, "bytes", m.Bytes, "release", time.Since(tr).Round(time.Millisecond), "took", time.Since(t0))
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	sb.busy = false
@@ -146,6 +150,7 @@ func (w *Worker) suspend(ctx context.Context, sb *sandbox, snap runtime.Snapshot
 		sb.reason = "runtime not fully released: " + derr.Error()
 	}
 	w.changed()
+	return nil
 }
 
 // writeSnapshot checkpoints runtime sandbox id (leaving it running or
@@ -167,7 +172,10 @@ func (w *Worker) writeSnapshot(ctx context.Context, snap runtime.Snapshotter, st
 		w.log.Warn("prepare snapshot for a detached checkpoint", "sandbox", id, "err", err)
 	}
 	t0 := time.Now()
-	if err := snap.Checkpoint(ctx, id, p.Dir(), leaveRunning); err != nil {
+	cctx, end := w.stepSpan(ctx, id, "runtime.checkpoint")
+	cerr := snap.Checkpoint(cctx, id, p.Dir(), leaveRunning)
+	end(cerr)
+	if err := cerr; err != nil {
 		return snapshot.Manifest{}, errors.Join(fmt.Errorf("checkpoint: %w", err), abort(p))
 	}
 	t1 := time.Now()
@@ -185,7 +193,7 @@ func (w *Worker) writeSnapshot(ctx context.Context, snap runtime.Snapshotter, st
 	}
 	// Where a suspend's time goes: the runtime's checkpoint, then the
 	// store's fsync + sha256 of what it wrote.
-	w.log.Info("snapshot written", "sandbox", id, "kind", meta.Kind, "snapshot", m.ID, "bytes", m.Bytes,
+	w.log.InfoContext(ctx, "snapshot written", "sandbox", id, "kind", meta.Kind, "snapshot", m.ID, "bytes", m.Bytes,
 		"checkpoint", t1.Sub(t0).Round(time.Millisecond), "commit", time.Since(t1).Round(time.Millisecond))
 	return m, nil
 }
@@ -306,13 +314,16 @@ func (w *Worker) startWake(ctx context.Context, sb *sandbox) {
 	sb.state, sb.reason = model.StateWaking, ""
 	w.changed()
 	w.actions.Add(1)
+	ctx, span := w.actionSpan(ctx, sb.id, "wake")
 	go func() {
 		defer w.actions.Done()
-		w.wake(ctx, sb, spec, snapID)
+		tracing.End(span, w.wake(ctx, sb, spec, snapID))
 	}()
 }
 
-func (w *Worker) wake(ctx context.Context, sb *sandbox, s workerapi.SandboxSpec, snapID string) {
+// wake returns the wake's failure, for its span (the outcome is recorded
+// on sb).
+func (w *Worker) wake(ctx context.Context, sb *sandbox, s workerapi.SandboxSpec, snapID string) error {
 	t0 := time.Now()
 	h, ac, unusable, err := w.restore(ctx, s, snapID)
 	w.observer().Snapshot("restore", 0, time.Since(t0), err)
@@ -338,12 +349,13 @@ func (w *Worker) wake(ctx context.Context, sb *sandbox, s workerapi.SandboxSpec,
 		sb.wakeRetryAt = time.Now().Add(WakeRetryDelay)
 		w.retryAfter(WakeRetryDelay)
 	default:
-		w.log.Info("sandbox woken", "sandbox", sb.id, "snapshot", snapID, "took", time.Since(t0))
+		w.log.InfoContext(ctx, "sandbox woken", "sandbox", sb.id, "snapshot", snapID, "took", time.Since(t0))
 		sb.state, sb.reason, sb.handle, sb.agent = model.StateRunning, "", h, ac
 		sb.snapshotID, sb.snapshotBytes = "", 0
 	}
 	w.changed()
 	w.mu.Unlock()
+	return err
 }
 
 // restore starts s from its committed snapshot snapID and waits for the
@@ -407,8 +419,8 @@ func (w *Worker) restoreFrom(ctx context.Context, s workerapi.SandboxSpec, m sna
 		return nil, nil, fmt.Errorf("restore runtime: %w", err)
 	}
 	tRestore := time.Since(t0)
-	ac := newAgentClient(h)
-	if err := ac.WaitReady(rctx); err != nil {
+	ac := w.newAgentClient(h)
+	if err := w.waitAgent(rctx, s.ID, ac); err != nil {
 		ac.Close()
 		h.Close()
 		return nil, nil, fmt.Errorf("agent after restore: %w", err)

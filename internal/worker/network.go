@@ -193,19 +193,25 @@ func (w *Worker) detachGateway(id string) {
 
 // startRuntime starts spec in a network of its own, under egress policy
 // (nil: the gateway's default).
-func (w *Worker) startRuntime(ctx context.Context, spec runtime.Spec, policy *model.SandboxNetwork) (runtime.Sandbox, error) {
+func (w *Worker) startRuntime(ctx context.Context, spec runtime.Spec, policy *model.SandboxNetwork) (_ runtime.Sandbox, err error) {
+	ctx, end := w.stepSpan(ctx, spec.ID, "runtime.boot")
+	defer func() { end(err) }()
 	return w.withNetwork(ctx, spec, policy, func(spec runtime.Spec) (runtime.Sandbox, error) { return w.cfg.Driver.Start(ctx, spec) })
 }
 
 // restoreRuntime restores spec from dir in a network of its own.
-func (w *Worker) restoreRuntime(ctx context.Context, snap runtime.Snapshotter, spec runtime.Spec, dir string, policy *model.SandboxNetwork) (runtime.Sandbox, error) {
+func (w *Worker) restoreRuntime(ctx context.Context, snap runtime.Snapshotter, spec runtime.Spec, dir string, policy *model.SandboxNetwork) (_ runtime.Sandbox, err error) {
+	ctx, end := w.stepSpan(ctx, spec.ID, "runtime.restore")
+	defer func() { end(err) }()
 	return w.withNetwork(ctx, spec, policy, func(spec runtime.Spec) (runtime.Sandbox, error) { return snap.Restore(ctx, spec, dir) })
 }
 
 // deleteRuntime releases sandbox id's runtime and then its network.
 // Idempotent, and works from the id alone (after a crash).
-func (w *Worker) deleteRuntime(ctx context.Context, id string) error {
-	err := w.cfg.Driver.Delete(ctx, id)
+func (w *Worker) deleteRuntime(ctx context.Context, id string) (err error) {
+	ctx, end := w.stepSpan(ctx, id, "runtime.delete")
+	defer func() { end(err) }()
+	err = w.cfg.Driver.Delete(ctx, id)
 	w.detachGateway(id)
 	return errors.Join(err, network.Release(ctx, id))
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/runtime"
+	"github.com/airlock/airlock/internal/tracing"
 	"github.com/airlock/airlock/internal/workerapi"
 )
 
@@ -23,6 +24,7 @@ func (w *Worker) reconcile(ctx context.Context, as []workerapi.Assignment) {
 	defer w.mu.Unlock()
 	now := time.Now()
 	w.recordEgress(as)
+	w.recordOperations(as)
 	local, f := w.planInput(as, now)
 	w.execute(ctx, plan(local, as, now, f))
 }
@@ -105,9 +107,10 @@ func (w *Worker) execute(ctx context.Context, steps []step) {
 			sb := &sandbox{id: s.id, state: model.StateStarting, env: s.sandbox.Env, spec: s.sandbox, busy: true}
 			w.record(sb)
 			w.actions.Add(1)
+			actx, span := w.actionSpan(ctx, s.id, "start")
 			go func() {
 				defer w.actions.Done()
-				w.start(ctx, sb, s.sandbox)
+				tracing.End(span, w.start(actx, sb, s.sandbox))
 			}()
 		case stepDropOrphanSnapshots:
 			w.log.Info("removing snapshots of a sandbox not assigned to this worker", "sandbox", s.id, "last_change", s.lastChange)

@@ -46,6 +46,7 @@ import (
 	"github.com/airlock/airlock/internal/runtime"
 	"github.com/airlock/airlock/internal/snapshot"
 	"github.com/airlock/airlock/internal/token"
+	"github.com/airlock/airlock/internal/tracing"
 	"github.com/airlock/airlock/internal/workerapi"
 )
 
@@ -70,6 +71,7 @@ func (w *Worker) startTask(ctx context.Context, sb *sandbox, t model.Task) {
 	sb.busy = true
 	spec, paused := sb.spec, sb.state == model.StatePaused
 	w.actions.Add(1)
+	ctx, span := w.actionSpan(ctx, sb.id, string(t.Kind))
 	go func() {
 		defer w.actions.Done()
 		// Like a suspend, a task finishes even when the worker stops.
@@ -85,6 +87,11 @@ func (w *Worker) startTask(ctx context.Context, sb *sandbox, t model.Task) {
 			res = workerapi.TaskResult{Error: fmt.Sprintf("unknown task %q", t.Kind)}
 		}
 		res.OperationID = t.OperationID
+		var terr error
+		if res.Error != "" {
+			terr = errors.New(res.Error)
+		}
+		tracing.End(span, terr)
 		w.mu.Lock()
 		sb.busy = false
 		sb.taskResult = &res
@@ -116,7 +123,7 @@ func (w *Worker) checkpointTask(ctx context.Context, sb *sandbox, snap runtime.S
 		sb.agent = nil
 	}
 	if sb.handle != nil {
-		sb.agent = newAgentClient(sb.handle)
+		sb.agent = w.newAgentClient(sb.handle)
 	}
 	ac := sb.agent
 	w.mu.Unlock()

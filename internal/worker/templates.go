@@ -142,7 +142,7 @@ func (w *Worker) buildTemplateImage(ctx context.Context, s workerapi.SandboxSpec
 	if err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
-	ac := newAgentClient(h)
+	ac := w.newAgentClient(h)
 	err = ac.WaitReady(ctx)
 	if err == nil {
 		// The image holds the template's start command running, its

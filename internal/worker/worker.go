@@ -42,7 +42,10 @@ import (
 	"github.com/airlock/airlock/internal/network"
 	"github.com/airlock/airlock/internal/runtime"
 	"github.com/airlock/airlock/internal/snapshot"
+	"github.com/airlock/airlock/internal/tracing"
 	"github.com/airlock/airlock/internal/workerapi"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Timing defaults.
@@ -127,6 +130,10 @@ type Config struct {
 	// restored, data-plane bytes (the daemon's Prometheus metrics). nil:
 	// none.
 	Observer Observer
+	// Tracer, when it records (internal/tracing), gives the worker's
+	// actions spans in the traces of the operations they serve
+	// (tracing.go); nil: off.
+	Tracer trace.TracerProvider
 }
 
 // Observer receives a worker's measurements. Its methods are called inline
@@ -241,6 +248,10 @@ func (sb *sandbox) actionFailed(kind model.OperationKind, reason string, err err
 // Worker runs sandboxes for one server.
 type Worker struct {
 	cfg Config
+	// tracer is nil when tracing is off; opRefs are the operations the
+	// last assignments serve, by sandbox (tracing.go; under mu).
+	tracer trace.Tracer
+	opRefs map[string]*workerapi.OperationRef
 	// reportedFree is the free memory (MiB) of the last Sync (capacity.go).
 	reportedFree atomic.Int64
 	// epoch and syncSeq order this process's Syncs for the server
@@ -316,6 +327,9 @@ func New(cfg Config) (*Worker, error) {
 	}
 	if w.net == nil {
 		w.net = NewNetLog()
+	}
+	if tracing.On(cfg.Tracer) {
+		w.tracer = tracing.Tracer(cfg.Tracer)
 	}
 	if w.log == nil {
 		w.log = slog.Default()
@@ -544,7 +558,7 @@ func (w *Worker) adoptOne(ctx context.Context, id string) (_ runtime.Sandbox, _ 
 	if err := w.attachGateway(id, w.networkPolicy(id)); err != nil {
 		w.log.Warn("egress gateway of an adopted sandbox", "sandbox", id, "err", err)
 	}
-	ac := newAgentClient(h)
+	ac := w.newAgentClient(h)
 	if st == runtime.StatusPaused {
 		return h, ac, true, nil // the agent is frozen; it answers after resume
 	}
@@ -755,11 +769,13 @@ func (w *Worker) startDelete(ctx context.Context, sb *sandbox) {
 	closeSandbox(sb)
 	w.changed()
 	w.actions.Add(1)
+	ctx, span := w.actionSpan(ctx, sb.id, "delete")
 	go func() {
 		defer w.actions.Done()
 		// Deletion finishes even when the worker is stopping. Its snapshots
 		// go with it.
 		err := w.deleteRuntime(context.WithoutCancel(ctx), sb.id)
+		defer func() { tracing.End(span, err) }()
 		if w.cfg.Snapshots != nil {
 			if serr := w.cfg.Snapshots.DeleteSandbox(sb.id); serr != nil {
 				err = errors.Join(err, fmt.Errorf("delete snapshots: %w", serr))
@@ -769,12 +785,12 @@ func (w *Worker) startDelete(ctx context.Context, sb *sandbox) {
 		defer w.mu.Unlock()
 		sb.busy = false
 		if err != nil {
-			w.log.Error("delete sandbox", "sandbox", sb.id, "err", err)
+			w.log.ErrorContext(ctx, "delete sandbox", "sandbox", sb.id, "err", err)
 			sb.state, sb.reason = model.StateFailed, "delete failed: "+err.Error()
 			sb.retryAt = time.Now().Add(DeleteRetryDelay)
 			w.retryAfter(DeleteRetryDelay)
 		} else {
-			w.log.Info("deleted sandbox", "sandbox", sb.id)
+			w.log.InfoContext(ctx, "deleted sandbox", "sandbox", sb.id)
 			sb.state, sb.reason = model.StateDeleted, ""
 		}
 		w.changed()
@@ -792,28 +808,34 @@ func (w *Worker) startPause(ctx context.Context, sb *sandbox, pause bool) {
 	}
 	sb.busy = true
 	w.actions.Add(1)
+	verb := "resume"
+	if pause {
+		verb = "pause"
+	}
+	ctx, span := w.actionSpan(ctx, sb.id, verb)
 	go func() {
 		defer w.actions.Done()
 		t0 := time.Now()
-		defer func() { w.log.Debug("pause or resume done", "sandbox", sb.id, "pause", pause, "took", time.Since(t0)) }()
+		defer func() {
+			w.log.DebugContext(ctx, "pause or resume done", "sandbox", sb.id, "pause", pause, "took", time.Since(t0))
+		}()
 		var err error
+		defer func() { tracing.End(span, err) }()
+		sctx, end := w.stepSpan(ctx, sb.id, "runtime."+verb)
 		if pause {
-			err = p.Pause(ctx, sb.id)
+			err = p.Pause(sctx, sb.id)
 		} else {
-			err = p.Resume(ctx, sb.id)
+			err = p.Resume(sctx, sb.id)
 		}
+		end(err)
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		sb.busy = false
 		switch {
 		case err != nil:
-			w.log.Warn("pause or resume failed", "sandbox", sb.id, "pause", pause, "err", err)
+			w.log.WarnContext(ctx, "pause or resume failed", "sandbox", sb.id, "pause", pause, "err", err)
 			sb.retryAt = time.Now().Add(DeleteRetryDelay)
 			w.retryAfter(DeleteRetryDelay)
-			verb := "resume"
-			if pause {
-				verb = "pause"
-			}
 			sb.reason = verb + " failed: " + err.Error()
 		case pause:
 			sb.state, sb.reason = model.StatePaused, ""
@@ -831,8 +853,9 @@ func (w *Worker) cannotPause(sb *sandbox) {
 	sb.retryAt = time.Now().Add(time.Minute)
 }
 
-// start creates one sandbox and waits for its agent.
-func (w *Worker) start(ctx context.Context, sb *sandbox, s workerapi.SandboxSpec) {
+// start creates one sandbox and waits for its agent; the error is the
+// start's failure, for its span (the outcome is recorded on sb).
+func (w *Worker) start(ctx context.Context, sb *sandbox, s workerapi.SandboxSpec) error {
 	t0 := time.Now()
 	h, ac, from, err := w.startOne(ctx, s)
 	if err == nil {
@@ -848,15 +871,16 @@ func (w *Worker) start(ctx context.Context, sb *sandbox, s workerapi.SandboxSpec
 		if ctx.Err() != nil {
 			// Stopping: forget it; the next worker starts it again.
 			delete(w.sandboxes, sb.id)
-			return
+			return err
 		}
-		w.log.Warn("start sandbox failed", "sandbox", sb.id, "err", err)
+		w.log.WarnContext(ctx, "start sandbox failed", "sandbox", sb.id, "err", err)
 		sb.state, sb.reason = model.StateFailed, err.Error()
 	} else {
-		w.log.Info("sandbox running", "sandbox", sb.id, "from", from, "took", time.Since(t0).Round(time.Millisecond))
+		w.log.InfoContext(ctx, "sandbox running", "sandbox", sb.id, "from", from, "took", time.Since(t0).Round(time.Millisecond))
 		sb.state, sb.handle, sb.agent, sb.startedFrom = model.StateRunning, h, ac, from
 	}
 	w.changed()
+	return err
 }
 
 func (w *Worker) startOne(ctx context.Context, s workerapi.SandboxSpec) (_ runtime.Sandbox, _ *agentclient.Client, from string, err error) {
@@ -898,8 +922,8 @@ func (w *Worker) startOne(ctx context.Context, s workerapi.SandboxSpec) (_ runti
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("start runtime: %w", err)
 	}
-	ac := newAgentClient(h)
-	if err := ac.WaitReady(sctx); err != nil {
+	ac := w.newAgentClient(h)
+	if err := w.waitAgent(sctx, s.ID, ac); err != nil {
 		ac.Close()
 		h.Close()
 		return nil, nil, "", err

@@ -187,6 +187,19 @@ type Assignment struct {
 	// Egress is what the worker's gateway needs of the sandbox's org
 	// beyond its policy (nil: a sandbox without a network policy).
 	Egress *Egress `json:"egress,omitempty"`
+	// Operation is the sandbox's newest open operation while the server
+	// traces (nil otherwise): the worker's spans for the step that serves
+	// it join the operation's trace (TraceParent, W3C). It is telemetry
+	// only; the worker decides on Desired and Sandbox alone.
+	Operation *OperationRef `json:"operation,omitempty"`
+}
+
+// OperationRef names the operation an assignment serves, for tracing.
+type OperationRef struct {
+	ID          string              `json:"id"`
+	Kind        model.OperationKind `json:"kind"`
+	OrgID       string              `json:"org_id,omitempty"`
+	TraceParent string              `json:"trace_parent,omitempty"`
 }
 
 // Egress is a sandbox's interception material: its org's Airlock CA and

@@ -8,24 +8,36 @@ import (
 
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/store"
+	"github.com/airlock/airlock/internal/tracing"
 )
 
 // ---- operations
 
-const operationCols = `id, org_id, sandbox_id, kind, state, target, reason, created_at, updated_at, deadline`
+const operationCols = `id, org_id, sandbox_id, kind, state, target, reason, created_at, updated_at, deadline, trace_parent`
 
 func scanOperation(sc scanner) (model.Operation, error) {
 	var op model.Operation
 	err := sc.Scan(&op.ID, &op.OrgID, &op.SandboxID, &op.Kind, &op.State, &op.Target, &op.Reason,
-		timeCol{&op.CreatedAt}, timeCol{&op.UpdatedAt}, timeCol{&op.Deadline})
+		timeCol{&op.CreatedAt}, timeCol{&op.UpdatedAt}, timeCol{&op.Deadline}, &op.TraceParent)
 	return op, err
 }
 
+// insertOperation writes op. An operation without a TraceParent takes that
+// of ctx's span (the API request or controller round writing it) and that
+// span is annotated with the operation: every path that makes an
+// operation (creates, lifecycle requests, pool claims, expiry) passes here.
 func (c *conn) insertOperation(ctx context.Context, op model.Operation) error {
+	if op.TraceParent == "" {
+		op.TraceParent = tracing.TraceParent(ctx)
+	}
+	if len(op.TraceParent) > tracing.MaxTraceParent {
+		op.TraceParent = ""
+	}
+	tracing.AnnotateOperation(ctx, op)
 	_, err := c.exec(ctx, `INSERT INTO operations (`+operationCols+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		op.ID, op.OrgID, op.SandboxID, op.Kind, op.State, op.Target, op.Reason,
-		c.d.Time(op.CreatedAt), c.d.Time(op.UpdatedAt), c.d.Time(op.Deadline))
+		c.d.Time(op.CreatedAt), c.d.Time(op.UpdatedAt), c.d.Time(op.Deadline), op.TraceParent)
 	return c.classify("create operation "+op.ID, err)
 }
 

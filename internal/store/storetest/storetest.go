@@ -832,7 +832,7 @@ func testOperations(t *testing.T, s store.Store) {
 
 	del := model.Operation{ID: "op-del", OrgID: "org-a", SandboxID: sb.ID, Kind: model.OpDelete,
 		State: model.OpPending, Target: model.StateDeleted, CreatedAt: at(time.Minute), UpdatedAt: at(time.Minute),
-		Deadline: at(time.Hour)}
+		Deadline: at(time.Hour), TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
 	must(t, "create", s.CreateOperation(ctx, del))
 	wantErr(t, "create duplicate", s.CreateOperation(ctx, del), model.ErrConflict)
 	orphan := del
@@ -844,6 +844,9 @@ func testOperations(t *testing.T, s store.Store) {
 	if g, w := normOp(got), normOp(del); !reflect.DeepEqual(g, w) {
 		t.Errorf("get = %+v, want %+v", g, w)
 	}
+	if got.TraceParent != del.TraceParent {
+		t.Errorf("trace parent = %q, want %q", got.TraceParent, del.TraceParent)
+	}
 	_, err = s.GetOperation(ctx, "nope")
 	wantErr(t, "get missing", err, model.ErrNotFound)
 
@@ -853,7 +856,7 @@ func testOperations(t *testing.T, s store.Store) {
 	running.Reason = "on it"
 	upd, err := s.UpdateOperation(ctx, running)
 	must(t, "update to running", err)
-	if upd.State != model.OpRunning || upd.Reason != "on it" || upd.UpdatedAt.Before(before) {
+	if upd.State != model.OpRunning || upd.Reason != "on it" || upd.UpdatedAt.Before(before) || upd.TraceParent != del.TraceParent {
 		t.Errorf("updated = %+v", upd)
 	}
 	done := upd
