@@ -459,7 +459,7 @@ type server struct {
 	h     http.Handler
 	log   *slog.Logger
 	local atomic.Pointer[localWorker]
-	// observeAPI receives every native API request once metrics are on
+	// observeAPI receives every native and E2B API request once metrics are on
 	// (watchServer).
 	observeAPI atomic.Pointer[func(method, route string, status int, d time.Duration)]
 }
@@ -494,6 +494,11 @@ func newServer(ctx context.Context, st store.Store, workerToken string, deadline
 		// rotation keeps (worker tokens use the service's current key).
 		Logger: log.With("component", "e2b"), SigningKey: ctrl.SigningKey,
 		LocalWorker: srv.localWorker,
+		Observe: func(method, route string, status int, d time.Duration) {
+			if f := srv.observeAPI.Load(); f != nil {
+				(*f)(method, route, status, d)
+			}
+		},
 	})
 	native := api.New(svc, api.Options{Logger: log.With("component", "api"), Tracer: tp,
 		Observe: func(method, route string, status int, d time.Duration) {

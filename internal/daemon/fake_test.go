@@ -36,6 +36,7 @@ import (
 // fakeStack is a server and one in-process worker over the fake runtime.
 type fakeStack struct {
 	c   *client.Client
+	url string // the server's
 	drv *fake.Driver
 	srv *server
 }
@@ -137,7 +138,7 @@ func startFakeStackTraced(t *testing.T, tp trace.TracerProvider, opts ...func(*w
 	if err := waitReady(rctx, srv.ctrl, st, workerID, started, errc); err != nil {
 		t.Fatalf("the stack never became ready: %v", err)
 	}
-	return &fakeStack{c: client.New(url, readTrim(filepath.Join(dir, "admin.key"))), drv: drv, srv: srv}
+	return &fakeStack{c: client.New(url, readTrim(filepath.Join(dir, "admin.key"))), url: url, drv: drv, srv: srv}
 }
 
 // sh runs script in sandbox id through the API and the worker's data plane.

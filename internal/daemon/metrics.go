@@ -148,11 +148,11 @@ func (m *metrics) watchServer(srv *server) {
 	}, []string{"result"})
 	reqs := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "airlock_api_requests_total",
-		Help: "Native API requests by method, route pattern and status.",
+		Help: "API requests (native and E2B) by method, route pattern and status.",
 	}, []string{"method", "route", "status"})
 	reqTime := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "airlock_api_request_duration_seconds",
-		Help:    "Native API request latency by method and route pattern (event streams and long polls included, as long as they stay open).",
+		Help:    "API request latency (native and E2B) by method and route pattern (event streams and long polls included, as long as they stay open).",
 		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18), // 0.5 ms .. 65 s
 	}, []string{"method", "route"})
 	m.reg.MustRegister(hist, last, count, byState, open, lag, ops, pool, reqs, reqTime)

@@ -111,6 +111,12 @@ func TestMetricsFamiliesMove(t *testing.T) {
 	if _, err := s.c.GetSandbox(ctx, "sb-nosuchsandbox"); err == nil {
 		t.Fatal("get of an unknown sandbox succeeded")
 	}
+	// An E2B API request without a key: counted under its route pattern.
+	if res, err := http.Get(s.url + "/v2/sandboxes"); err != nil || res.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("E2B list without a key: %v %v; want 401", res, err)
+	} else {
+		res.Body.Close()
+	}
 
 	// The reconcile round after the wake sets the gauges.
 	var after map[string]float64
@@ -142,6 +148,7 @@ func TestMetricsFamiliesMove(t *testing.T) {
 	moved("airlock_api_requests_total{method=POST,route=/v1/sandboxes,status=202}", 1)
 	moved("airlock_api_requests_total{method=POST,route=/v1/sandboxes/{id}/commands,status=201}", 1)
 	moved("airlock_api_requests_total{method=GET,route=/v1/sandboxes/{id},status=404}", 1)
+	moved("airlock_api_requests_total{method=GET,route=/v2/sandboxes,status=401}", 1)
 	moved("airlock_api_request_duration_seconds{method=POST,route=/v1/sandboxes/{id}/suspend}_count", 1)
 	moved("airlock_operation_duration_seconds{kind=create,result=succeeded}_count", 1)
 	moved("airlock_operation_duration_seconds{kind=suspend,result=succeeded}_count", 1)

@@ -76,6 +76,10 @@ type Options struct {
 	// worker runs in this process (`airlock up`), else nil; sandbox traffic
 	// for other workers is reverse-proxied to their data-plane URL.
 	LocalWorker func(workerID string) http.Handler
+	// Observe, when set, is called after every control-plane request with
+	// its method, route pattern (e.g. "/v2/sandboxes/{id}/connect"), answer
+	// status and duration (the API request metrics).
+	Observe func(method, route string, status int, d time.Duration)
 	// MaxInflightPerSandbox caps the requests the router carries to one
 	// sandbox at once; one more is answered 429 (0: MaxInflightPerSandbox).
 	MaxInflightPerSandbox int // Domain is the sandbox domain create, connect and get answer (the
@@ -123,12 +127,13 @@ type server struct {
 	key        func(ctx context.Context) ([]byte, error)
 	createWait time.Duration
 	domainName string
+	observe    func(method, route string, status int, d time.Duration)
 	// envdGet fetches an envd path of a running sandbox (nil: metrics are []).
 	envdGet func(ctx context.Context, sb model.Sandbox, path string) ([]byte, error)
 }
 
 func newServer(svc *service.Service, o Options) *server {
-	s := &server{svc: svc, log: o.Logger, key: o.SigningKey, createWait: o.CreateWait, domainName: strings.ToLower(strings.TrimSuffix(o.Domain, "."))}
+	s := &server{svc: svc, log: o.Logger, key: o.SigningKey, createWait: o.CreateWait, observe: o.Observe, domainName: strings.ToLower(strings.TrimSuffix(o.Domain, "."))}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -215,13 +220,13 @@ func newAPI(s *server) http.Handler {
 	svc := s.svc
 	mux := http.NewServeMux()
 	for _, rt := range routes {
-		mux.Handle(rt.pattern, s.wrap(rt.h))
+		mux.Handle(rt.pattern, s.observed(rt.pattern, s.wrap(rt.h)))
 	}
 	for _, u := range unsupported {
 		what := u.what
-		mux.HandleFunc(u.pattern, func(w http.ResponseWriter, r *http.Request) {
+		mux.Handle(u.pattern, s.observed(u.pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			s.writeError(w, r, notSupported("not supported by Airlock: %s", what))
-		})
+		})))
 	}
 	// Build file uploads carry their own credential (the token in the
 	// path), as E2B's presigned URLs do: the SDKs send no API key there.
@@ -249,6 +254,61 @@ func (f *fallback) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	f.s.writeError(w, r, model.Errorf(model.ErrNotFound, "no such endpoint: %s %s (Airlock's E2B-compatible API; the native API is under /v1)", r.Method, r.URL.Path))
 }
+
+// observed reports each request to h, under its route pattern
+// ("POST /v2/sandboxes" is method POST, route /v2/sandboxes; a pattern
+// without a method reports the request's), to Options.Observe.
+func (s *server) observed(pattern string, h http.Handler) http.Handler {
+	if s.observe == nil {
+		return h
+	}
+	method, route, ok := strings.Cut(pattern, " ")
+	if !ok {
+		method, route = "", pattern
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w}
+		t0 := time.Now()
+		defer func() {
+			m := method
+			if m == "" {
+				m = r.Method
+			}
+			s.observe(m, route, sw.code(), time.Since(t0))
+		}()
+		h.ServeHTTP(sw, r)
+	})
+}
+
+// statusWriter records the status of an answer.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) code() int {
+	if w.status == 0 {
+		return http.StatusOK
+	}
+	return w.status
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (s *server) wrap(h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
