@@ -488,6 +488,33 @@ func (c *Client) UpdateOrg(ctx context.Context, id string, req UpdateOrgRequest)
 	return out, err
 }
 
+// ListWorkers returns every registered worker with its state, capacity
+// and sandboxes (operators).
+func (c *Client) ListWorkers(ctx context.Context) ([]Worker, error) {
+	var out apitypes.ListWorkersResponse
+	err := c.do(ctx, http.MethodGet, "/v1/workers", nil, nil, &out)
+	return out.Workers, err
+}
+
+// GetWorker returns one worker (operators).
+func (c *Client) GetWorker(ctx context.Context, id string) (Worker, error) {
+	var out Worker
+	err := c.do(ctx, http.MethodGet, "/v1/workers/"+url.PathEscape(id), nil, nil, &out)
+	return out, err
+}
+
+// CordonWorker stops (cordoned true) or restarts placing new sandboxes on
+// a worker (operators); its sandboxes stay where they are.
+func (c *Client) CordonWorker(ctx context.Context, id string, cordoned bool) (Worker, error) {
+	verb := "/uncordon"
+	if cordoned {
+		verb = "/cordon"
+	}
+	var out Worker
+	err := c.do(ctx, http.MethodPost, "/v1/workers/"+url.PathEscape(id)+verb, nil, nil, &out)
+	return out, err
+}
+
 // ListPools returns every warm pool with its member counts (operators).
 func (c *Client) ListPools(ctx context.Context) ([]Pool, error) {
 	var out apitypes.PoolList

@@ -62,6 +62,14 @@ type (
 	Secret      = model.Secret
 )
 
+// Workers (operators).
+type (
+	Worker       = apitypes.Worker
+	WorkerRecord = model.Worker
+	RuntimeInfo  = model.RuntimeInfo
+	RuntimeCaps  = model.RuntimeCaps
+)
+
 // Network policies and the network log.
 type (
 	SandboxNetwork        = model.SandboxNetwork

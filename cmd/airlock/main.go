@@ -8,6 +8,7 @@ import (
 	"context"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -25,7 +26,12 @@ func main() {
 func run(args []string) int {
 	if len(args) > 0 {
 		switch args[0] {
-		case "up", "server", "worker":
+		case "worker":
+			if len(args) > 1 && slices.Contains(cli.WorkerAdminVerbs, args[1]) {
+				break // `airlock worker ls|get|cordon|uncordon`: the CLI's
+			}
+			fallthrough
+		case "up", "server":
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return daemon.Main(ctx, args[0], args[1:])

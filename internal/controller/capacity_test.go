@@ -54,3 +54,23 @@ func TestFreeChange(t *testing.T) {
 		}
 	}
 }
+
+// TestCordonedWorkerGetsNoNewSandbox: placement skips a cordoned worker
+// (its syncs keep the cordon) and uses it again once uncordoned.
+func TestCordonedWorkerGetsNoNewSandbox(t *testing.T) {
+	e := newEnv(t)
+	w := e.worker("w1")
+	w.register(baseTemplate)
+	if err := e.st.SetWorkerCordoned(e.ctx, "w1", true); err != nil {
+		t.Fatal(err)
+	}
+	w.sync(-1, 0)
+	e.createSandbox("sb1", 512)
+	e.reconcile()
+	e.wantSandbox("sb1", model.StatePending, "", "all 1 are cordoned")
+	if err := e.st.SetWorkerCordoned(e.ctx, "w1", false); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile()
+	e.wantSandbox("sb1", model.StateStarting, "w1", "")
+}

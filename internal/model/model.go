@@ -423,7 +423,10 @@ type Worker struct {
 	// last report (available memory less the worker's reserve), measured,
 	// unlike the reservations capacity counts; nil: never reported (an
 	// older worker), and placement checks reservations only.
-	FreeMiB       *int      `json:"free_mib,omitempty"`
+	FreeMiB *int `json:"free_mib,omitempty"`
+	// Cordoned workers take no new sandboxes (an operator's mark, kept
+	// across the worker's own re-registrations); what runs there stays.
+	Cordoned      bool      `json:"cordoned,omitempty"`
 	LastHeartbeat time.Time `json:"last_heartbeat"`
 	CreatedAt     time.Time `json:"created_at"`
 }

@@ -182,7 +182,7 @@ func Fresh(w model.Worker, now time.Time, ttl time.Duration) bool {
 	return !w.LastHeartbeat.IsZero() && now.Sub(w.LastHeartbeat) <= ttl
 }
 
-// Pick returns the worker that should run req: among workers with a fresh
+// Pick returns the worker that should run req: among uncordoned workers with a fresh
 // heartbeat, the runtime, the powers req needs of it (as the worker
 // declared them: model.RuntimeCaps), the template digest, enough capacity
 // (capacity minus load: memory and vCPUs, both already multiplied by the
@@ -198,7 +198,7 @@ func Pick(workers []model.Worker, load map[string]Load, req Request, now time.Ti
 		freeMiB, freeCPU int
 		measuredMiB      int // model.Worker.FreeMiB less starting sandboxes' footprints (-1: not reported)
 	}
-	var live, withRuntime, capable, withTemplate, withCapacity int
+	var live, open, withRuntime, capable, withTemplate, withCapacity int
 	var short *candidate // most measured free memory among those with capacity, for the message
 	var fits []candidate
 	var best *candidate // most free memory among those with the template, for the message
@@ -207,6 +207,10 @@ func Pick(workers []model.Worker, load map[string]Load, req Request, now time.Ti
 			continue
 		}
 		live++
+		if w.Cordoned {
+			continue // an operator's mark: no new sandboxes
+		}
+		open++
 		rt, ok := w.Runtime(req.Runtime)
 		if !ok {
 			continue
@@ -243,6 +247,8 @@ func Pick(workers []model.Worker, load map[string]Load, req Request, now time.Ti
 	switch {
 	case live == 0:
 		return "", model.Errorf(model.ErrUnavailable, "no live worker: none has sent a heartbeat in the last %s", heartbeatTTL)
+	case open == 0:
+		return "", model.Errorf(model.ErrUnavailable, "no live worker takes new sandboxes: all %d are cordoned (`airlock worker uncordon <id>`)", live)
 	case withRuntime == 0:
 		return "", model.Errorf(model.ErrUnavailable, "no live worker supports runtime %q", req.Runtime)
 	case capable == 0:

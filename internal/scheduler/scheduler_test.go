@@ -18,6 +18,7 @@ func TestPick(t *testing.T) {
 		return model.Worker{ID: id, LastHeartbeat: hb, Runtimes: []model.RuntimeInfo{{Name: "gvisor", Caps: snapCaps}}, Templates: templates, CapacityMiB: mem, CapacityVCPUs: cpu}
 	}
 	free := func(wk model.Worker, mib int) model.Worker { wk.FreeMiB = &mib; return wk }
+	cordon := func(wk model.Worker) model.Worker { wk.Cordoned = true; return wk }
 	req := Request{Runtime: "gvisor", TemplateDigest: "sha256:a", Resources: model.Resources{VCPUs: 1, MemoryMiB: 512}}
 	// vm offers a runtime "vm" that pauses but cannot snapshot, beside gvisor.
 	vm := func(id string, mem int) model.Worker {
@@ -60,6 +61,11 @@ func TestPick(t *testing.T) {
 		}, req: req, want: "w2"},
 		{name: "capacity is checked before measured memory", workers: []model.Worker{free(w("w1", fresh, 256, 4, "sha256:a"), 10)}, req: req,
 			wantErr: "no worker has capacity for 512 MiB"},
+		{name: "cordoned worker skipped", workers: []model.Worker{
+			cordon(w("w1", fresh, 16384, 4, "sha256:a")), w("w2", fresh, 4096, 4, "sha256:a"),
+		}, req: req, want: "w2"},
+		{name: "all cordoned", workers: []model.Worker{cordon(w("w1", fresh, 16384, 4, "sha256:a")), w("w2", stale, 4096, 4, "sha256:a")}, req: req,
+			wantErr: "no live worker takes new sandboxes: all 1 are cordoned"},
 		{name: "heartbeat exactly ttl old is fresh", workers: []model.Worker{w("w1", now.Add(-ttl), 1024, 2, "sha256:a")}, req: req, want: "w1"},
 		{name: "most free memory wins", workers: []model.Worker{
 			w("w1", fresh, 4096, 4, "sha256:a"), w("w2", fresh, 8192, 4, "sha256:a"), w("w3", fresh, 16384, 4, "sha256:b"),

@@ -94,6 +94,9 @@ type Workers interface {
 	UpsertWorker(ctx context.Context, w model.Worker) error
 	GetWorker(ctx context.Context, id string) (model.Worker, error)
 	ListWorkers(ctx context.Context) ([]model.Worker, error)
+	// SetWorkerCordoned sets or clears the operator's cordon, which
+	// UpsertWorker keeps; ErrNotFound for an unknown worker.
+	SetWorkerCordoned(ctx context.Context, id string, cordoned bool) error
 
 	// Worker credentials: the hash of each worker's own secret, bound to
 	// its id. PutWorkerCredential stores c only if the stored hash is

@@ -245,6 +245,25 @@ type Org struct {
 	Usage OrgUsage `json:"usage"`
 }
 
+// Worker is one registered worker as GET /v1/workers shows it (operators).
+type Worker struct {
+	model.Worker
+	// State is ready (fresh heartbeat, takes new sandboxes), cordoned
+	// (takes none) or stale (no heartbeat within the heartbeat TTL).
+	State string `json:"state"`
+	// Sandboxes counts the worker's sandboxes by state (deleted ones
+	// excluded).
+	Sandboxes map[model.SandboxState]int `json:"sandboxes"`
+	// UsedMiB and UsedVCPUs are what they reserve of the capacity.
+	UsedMiB   int `json:"used_mib"`
+	UsedVCPUs int `json:"used_vcpus"`
+}
+
+// ListWorkersResponse is the body of GET /v1/workers.
+type ListWorkersResponse struct {
+	Workers []Worker `json:"workers"`
+}
+
 // OrgUsage is what an org's sandboxes hold, in the units of model.Quotas.
 type OrgUsage struct {
 	Sandboxes   int `json:"sandboxes"`

@@ -48,9 +48,21 @@ func (c *conn) DeleteWorkerCredential(ctx context.Context, workerID string) erro
 
 // ---- workers
 
+// workerCols are the columns UpsertWorker writes; workerReadCols adds the
+// operator's marks, which only SetWorkerCordoned writes.
 const workerCols = `id, data_plane_url, internal_url, runtimes, templates, capacity_mib, capacity_vcpus, free_mib, last_heartbeat, created_at`
 
-// UpsertWorker inserts or replaces a worker, keeping its first CreatedAt.
+const workerReadCols = workerCols + `, cordoned`
+
+// SetWorkerCordoned sets or clears a worker's cordon; ErrNotFound if the
+// worker is not registered.
+func (c *conn) SetWorkerCordoned(ctx context.Context, id string, cordoned bool) error {
+	res, err := c.exec(ctx, `UPDATE workers SET cordoned = ? WHERE id = ?`, cordoned, id)
+	return c.affected("cordon worker "+id, res, err)
+}
+
+// UpsertWorker inserts or replaces a worker, keeping its first CreatedAt
+// and its cordon.
 func (c *conn) UpsertWorker(ctx context.Context, w model.Worker) error {
 	rt, err := toJSON(w.Runtimes)
 	if err != nil {
@@ -77,7 +89,7 @@ func scanWorker(sc scanner) (model.Worker, error) {
 	var rt, tpl string
 	var free sql.NullInt64
 	if err := sc.Scan(&w.ID, &w.DataPlaneURL, &w.InternalURL, &rt, &tpl, &w.CapacityMiB, &w.CapacityVCPUs, &free,
-		timeCol{&w.LastHeartbeat}, timeCol{&w.CreatedAt}); err != nil {
+		timeCol{&w.LastHeartbeat}, timeCol{&w.CreatedAt}, &w.Cordoned); err != nil {
 		return w, err
 	}
 	if free.Valid {
@@ -89,11 +101,11 @@ func scanWorker(sc scanner) (model.Worker, error) {
 
 // GetWorker returns one worker.
 func (c *conn) GetWorker(ctx context.Context, id string) (model.Worker, error) {
-	w, err := scanWorker(c.readRow(ctx, `SELECT `+workerCols+` FROM workers WHERE id = ?`, id))
+	w, err := scanWorker(c.readRow(ctx, `SELECT `+workerReadCols+` FROM workers WHERE id = ?`, id))
 	return w, c.classify("get worker "+id, err)
 }
 
 // ListWorkers returns every worker ordered by id.
 func (c *conn) ListWorkers(ctx context.Context) ([]model.Worker, error) {
-	return collect(ctx, c, "list workers", scanWorker, `SELECT `+workerCols+` FROM workers ORDER BY id`)
+	return collect(ctx, c, "list workers", scanWorker, `SELECT `+workerReadCols+` FROM workers ORDER BY id`)
 }

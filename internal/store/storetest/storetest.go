@@ -997,6 +997,21 @@ func testWorkers(t *testing.T, s store.Store) {
 		}
 	}
 
+	// The cordon is the operator's: set and cleared by SetWorkerCordoned,
+	// kept across the worker's own upserts.
+	must(t, "cordon", s.SetWorkerCordoned(ctx, "w-2", true))
+	must(t, "upsert a cordoned worker", s.UpsertWorker(ctx, w2))
+	if got, err = s.GetWorker(ctx, "w-2"); err != nil || !got.Cordoned {
+		t.Errorf("after cordon and upsert: cordoned=%v %v; want true", got.Cordoned, err)
+	}
+	must(t, "uncordon", s.SetWorkerCordoned(ctx, "w-2", false))
+	if got, err = s.GetWorker(ctx, "w-2"); err != nil || got.Cordoned {
+		t.Errorf("after uncordon: cordoned=%v %v; want false", got.Cordoned, err)
+	}
+	if err := s.SetWorkerCordoned(ctx, "nope", true); !errors.Is(err, model.ErrNotFound) {
+		t.Errorf("cordon of an unknown worker: %v; want ErrNotFound", err)
+	}
+
 	// Zero times round-trip as zero.
 	must(t, "upsert w-1", s.UpsertWorker(ctx, model.Worker{ID: "w-1"}))
 	list, err := s.ListWorkers(ctx)
