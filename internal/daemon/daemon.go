@@ -367,7 +367,7 @@ func serverCmd(ctx context.Context, args []string) error {
 
 func workerCmd(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("airlock worker", flag.ContinueOnError)
-	serverURL := fs.String("server", "http://127.0.0.1:7070", "base URL of the server")
+	serverURL := fs.String("server", "http://127.0.0.1:7070", "base URL of the server, or several comma-separated (server replicas on one PostgreSQL: the worker fails over between them)")
 	workerToken := fs.String("worker-token", os.Getenv("AIRLOCK_WORKER_TOKEN"), "the server's join token (or $AIRLOCK_WORKER_TOKEN); prefer --worker-token-file: a command line is visible in ps")
 	workerTokenFile := fs.String("worker-token-file", "", "`file` holding the server's join token")
 	dataDir := fs.String("data-dir", DefaultDataDir(), "directory for runsc, templates and sandboxes")

@@ -29,7 +29,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,7 +67,7 @@ const (
 // Config wires a worker.
 type Config struct {
 	ID        string
-	ServerURL string // base URL of the server, e.g. http://127.0.0.1:8080
+	ServerURL string // base URL of the server, e.g. http://127.0.0.1:8080, or several, comma-separated (replicas: it fails over)
 	// WorkerToken is the join token the worker registers with; the server
 	// answers a first registration with the worker's own secret, which the
 	// worker sends from then on.
@@ -183,6 +185,11 @@ func (c *Config) Validate() error {
 	}
 	if c.ServerURL == "" {
 		errs = append(errs, errors.New("server url is empty"))
+	}
+	for _, u := range strings.Split(c.ServerURL, ",") {
+		if pu, err := url.Parse(strings.TrimSpace(u)); c.ServerURL != "" && (err != nil || pu.Scheme != "http" && pu.Scheme != "https" || pu.Host == "") {
+			errs = append(errs, fmt.Errorf("server url %q: want http(s)://host[:port]", u))
+		}
 	}
 	if c.DataPlaneListener == nil && c.DataPlaneAddr == "" {
 		errs = append(errs, errors.New("neither a data-plane listener nor an address"))
@@ -993,7 +1000,7 @@ func (w *Worker) register(ctx context.Context) error {
 					w.workerID = resp.WorkerID
 					w.mu.Unlock()
 				}
-				w.log.Info("registered with server", "server", w.cfg.ServerURL)
+				w.log.Info("registered with server", "server", w.api.Current())
 				return nil
 			}
 			err = kerr

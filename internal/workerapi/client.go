@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock/airlock/internal/httperr"
@@ -18,7 +20,11 @@ import (
 // Client is a worker's side of the worker API. Its fields may be changed
 // before first use.
 type Client struct {
-	// URL is the server's base URL, e.g. http://127.0.0.1:8080.
+	// URL is the server's base URL, e.g. http://127.0.0.1:8080, or several
+	// servers' base URLs separated by commas (replicas on one store): a
+	// call that cannot reach one, or that a proxy in front of it answers
+	// 502, 503 or 504, goes to the next, and the client stays with the one
+	// that answered.
 	URL string
 	// HTTP sends the requests (default http.DefaultClient); Sync's long
 	// poll needs it without a short timeout.
@@ -29,6 +35,28 @@ type Client struct {
 	// Secret returns the worker's own credential from its first
 	// registration, or "" (nil: none).
 	Secret func() string
+
+	current atomic.Int32 // index into URLs of the server that last answered
+}
+
+// URLs returns the servers' base URLs, in the order URL lists them.
+func (c *Client) URLs() []string {
+	var out []string
+	for _, u := range strings.Split(c.URL, ",") {
+		if u = strings.TrimRight(strings.TrimSpace(u), "/"); u != "" {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// Current returns the base URL of the server the client uses now.
+func (c *Client) Current() string {
+	urls := c.URLs()
+	if len(urls) == 0 {
+		return ""
+	}
+	return urls[int(c.current.Load())%len(urls)]
 }
 
 // Error is an error answer of the server (Client) or of a worker
@@ -90,25 +118,60 @@ func (c *Client) credential() string {
 	return c.JoinToken
 }
 
-// call POSTs body as JSON with bearer and decodes the answer into out.
+// unreachable reports a status a proxy (or load balancer) answers for a
+// server it cannot reach: try the next server.
+func unreachable(status int) bool {
+	return status == http.StatusBadGateway || status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout
+}
+
+// call POSTs body as JSON with bearer to the server last used (failing
+// over to the others, see Client.URL) and decodes the answer into out.
 func (c *Client) call(ctx context.Context, path, bearer string, body, out any) error {
 	b, err := json.Marshal(body)
 	if err != nil {
 		return fmt.Errorf("encode request: %w", err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(c.URL, "/")+path, bytes.NewReader(b))
-	if err != nil {
-		return fmt.Errorf("build request: %w", err)
+	urls := c.URLs()
+	if len(urls) == 0 {
+		return fmt.Errorf("call %s: no server URL", path)
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+bearer)
 	hc := c.HTTP
 	if hc == nil {
 		hc = http.DefaultClient
 	}
-	res, err := hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("call %s: %w", path, err)
+	start := int(c.current.Load()) % len(urls)
+	var res *http.Response
+	var errs []error
+	for i := range urls {
+		n := (start + i) % len(urls)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, urls[n]+path, bytes.NewReader(b))
+		if err != nil {
+			return fmt.Errorf("build request: %w", err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+bearer)
+		r, err := hc.Do(req)
+		if err == nil && !unreachable(r.StatusCode) {
+			c.current.Store(int32(n))
+			res = r
+			break
+		}
+		if err == nil {
+			err = fmt.Errorf("%s answered %s", urls[n], r.Status)
+			if i == len(urls)-1 {
+				res = r // the last one's answer stands
+				break
+			}
+			io.Copy(io.Discard, io.LimitReader(r.Body, 64<<10))
+			r.Body.Close()
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if res == nil {
+		return fmt.Errorf("call %s: %w", path, errors.Join(errs...))
 	}
 	defer res.Body.Close()
 	if res.StatusCode/100 != 2 {
