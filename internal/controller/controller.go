@@ -78,7 +78,22 @@ type Config struct {
 	// traceparent the operation keeps), and hands the trace to the
 	// worker with the sandbox's assignment (workerapi.OperationRef).
 	Tracer trace.TracerProvider
+	// Instance names this controller among the server replicas on one
+	// store ("": a random id). Only the holder of the store's controller
+	// lease (LeaseName) runs reconcile rounds and template GC; the others
+	// serve workers (register, sync, wake) and wait to take over.
+	Instance string
+	// LeaseTTL is how long a lease lasts unless renewed (0:
+	// DefaultLeaseTTL): a replica that dies stalls reconciliation at most
+	// this long. The holder renews it every third of it.
+	LeaseTTL time.Duration
 }
+
+// LeaseName is the store lease of the controller that reconciles.
+const LeaseName = "controller"
+
+// DefaultLeaseTTL is Config.LeaseTTL's default.
+const DefaultLeaseTTL = 15 * time.Second
 
 // Controller reconciles sandboxes and operations and serves workers.
 type Controller struct {
@@ -101,6 +116,11 @@ type Controller struct {
 	// none).
 	onRound atomic.Pointer[func(RoundStats)]
 	tracer  trace.Tracer // nil: tracing off
+	// lease is the controller lease as this replica last saw it, and
+	// renewAt when it renews it next (Run's goroutine only).
+	lease   store.Lease
+	renewAt time.Time
+	leading atomic.Bool
 }
 
 // RoundStats describes one full reconcile round.
@@ -143,6 +163,12 @@ func New(cfg Config) *Controller {
 	if cfg.Events == nil {
 		cfg.Events = events.New(cfg.Store)
 	}
+	if cfg.Instance == "" {
+		cfg.Instance = model.NewID("ctl")
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
 	c := &Controller{cfg: cfg, st: cfg.Store, ev: cfg.Events, log: cfg.Logger, kick: make(chan struct{}, 1), stopping: make(chan struct{})}
 	if tracing.On(cfg.Tracer) {
 		c.tracer = tracing.Tracer(cfg.Tracer)
@@ -176,8 +202,19 @@ func (c *Controller) Run(ctx context.Context) error {
 	tick := time.NewTicker(c.cfg.Resync)
 	defer tick.Stop()
 	var lastGC time.Time
+	defer c.releaseLease()
+	leaseTick := time.NewTicker(c.cfg.LeaseTTL / 3)
+	defer leaseTick.Stop()
 	for {
 		changed := c.ev.Changed() // taken before the round so no wake-up is missed
+		if !c.lead(ctx) {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-leaseTick.C: // the holder may have gone
+			}
+			continue
+		}
 		t0 := time.Now()
 		rs, err := c.reconcileAll(ctx)
 		if err != nil && ctx.Err() == nil {
@@ -199,8 +236,58 @@ func (c *Controller) Run(ctx context.Context) error {
 		case <-changed:
 		case <-c.kick:
 		case <-tick.C:
+		case <-leaseTick.C: // renew in time
 		}
 	}
+}
+
+// lead reports whether this replica holds the controller lease, taking or
+// renewing it when due. A store error counts as not holding it: a
+// replica that cannot reach the store must not act on what it last read.
+func (c *Controller) lead(ctx context.Context) bool {
+	now := time.Now()
+	if c.leading.Load() && now.Before(c.renewAt) {
+		return true
+	}
+	l, err := c.st.AcquireLease(ctx, LeaseName, c.cfg.Instance, c.now(), c.cfg.LeaseTTL)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.log.Warn("controller: lease", "err", err)
+		}
+		c.leading.Store(false)
+		return false
+	}
+	held := l.Holder == c.cfg.Instance
+	switch {
+	case held && !c.leading.Load():
+		c.log.Info("controller: leading", "instance", c.cfg.Instance, "epoch", l.Epoch)
+	case !held && (c.leading.Load() || l.Holder != c.lease.Holder):
+		c.log.Info("controller: following", "instance", c.cfg.Instance, "leader", l.Holder, "epoch", l.Epoch)
+	}
+	c.lease = l
+	c.leading.Store(held)
+	c.renewAt = now.Add(c.cfg.LeaseTTL / 3)
+	return held
+}
+
+// releaseLease lets the lease go when Run ends, so another replica takes
+// over at once instead of after the TTL.
+func (c *Controller) releaseLease() {
+	if !c.leading.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.st.ReleaseLease(ctx, LeaseName, c.cfg.Instance, c.now()); err != nil {
+		c.log.Warn("controller: release lease", "err", err)
+	}
+	c.leading.Store(false)
+}
+
+// Leading reports whether this replica's controller held the controller
+// lease at its last look, and this replica's instance name.
+func (c *Controller) Leading() (bool, string) {
+	return c.leading.Load(), c.cfg.Instance
 }
 
 // Ready returns nil when at least one worker has a fresh heartbeat and a

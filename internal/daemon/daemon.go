@@ -179,7 +179,7 @@ func up(ctx context.Context, args []string) error {
 		// carries.
 		workerHTTP = pinnedClient(tlsCfg)
 	}
-	srv, err := newServer(ctx, st, wt, *deadline, log, now, serverTP.TracerProvider(), quotas.apply, func(c *service.Config) {
+	srv, err := newServer(ctx, st, wt, *deadline, log, now, serverTP.TracerProvider(), controllerInstance(*listen), quotas.apply, func(c *service.Config) {
 		ready := c.Ready // the controller's
 		c.Ready = func(ctx context.Context) error {
 			if !workerUp.Load() {
@@ -320,7 +320,7 @@ func serverCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	defer st.Close()
-	srv, err := newServer(ctx, st, *workerToken, *deadline, log, now, tp.TracerProvider(), quotas.apply)
+	srv, err := newServer(ctx, st, *workerToken, *deadline, log, now, tp.TracerProvider(), controllerInstance(*listen), quotas.apply)
 	if err == nil {
 		srv.e2b.SetDomain(*e2bDomain)
 	}
@@ -464,18 +464,30 @@ type server struct {
 	observeAPI atomic.Pointer[func(method, route string, status int, d time.Duration)]
 }
 
+// controllerInstance names this server among replicas on one store (the
+// controller lease's holder): its host and listen address, stable across
+// restarts, so a replica that restarts after a crash takes its lease back
+// at once instead of waiting for it to expire.
+func controllerInstance(listen string) string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "localhost"
+	}
+	return host + "/" + listen
+}
+
 // newServer builds the server's parts over st; tune, if set, adjusts the
 // service's configuration before the service is made (quotas, readiness,
 // the data-plane client).
 // tp traces API requests, the controller's transitions and the data-plane
 // calls (nil: off).
-func newServer(ctx context.Context, st store.Store, workerToken string, deadline time.Duration, log *slog.Logger, now func() time.Time, tp trace.TracerProvider, tune ...func(*service.Config)) (*server, error) {
+func newServer(ctx context.Context, st store.Store, workerToken string, deadline time.Duration, log *slog.Logger, now func() time.Time, tp trace.TracerProvider, instance string, tune ...func(*service.Config)) (*server, error) {
 	ev := events.New(st)
 	ev.Now = now
 	go ev.Listen(ctx) // other servers' appends wake this one's long polls, streams and controller
 	ctrl := controller.New(controller.Config{
 		Store: st, Events: ev, Logger: log.With("component", "controller"),
-		WorkerToken: workerToken, OperationDeadline: deadline, Now: now, Tracer: tp,
+		WorkerToken: workerToken, OperationDeadline: deadline, Now: now, Tracer: tp, Instance: instance,
 	})
 	cfg := service.Config{
 		Store: st, Events: ev, Kick: ctrl.Kick, SigningKey: ctrl.CurrentSigningKey, Ready: ctrl.Ready,

@@ -62,7 +62,7 @@ func startFakeStackTraced(t *testing.T, tp trace.TracerProvider, opts ...func(*w
 		t.Fatal(err)
 	}
 	const workerToken = "fake-stack-worker-token"
-	srv, err := newServer(ctx, st, workerToken, 0, log, now, tp)
+	srv, err := newServer(ctx, st, workerToken, 0, log, now, tp, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ func TestServerSharesPlacer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	srv, err := newServer(ctx, st, "join", time.Minute, slog.New(slog.DiscardHandler), time.Now, nil)
+	srv, err := newServer(ctx, st, "join", time.Minute, slog.New(slog.DiscardHandler), time.Now, nil, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,7 +70,7 @@ func TestTracesOnGVisor(t *testing.T) {
 		t.Fatal(err)
 	}
 	const token = "trace-worker-token"
-	srv, err := newServer(ctx, st, token, 0, log, time.Now, serverTP.TracerProvider())
+	srv, err := newServer(ctx, st, token, 0, log, time.Now, serverTP.TracerProvider(), "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,6 +52,7 @@ type Tx interface {
 	Events
 	Settings
 	Builds
+	Leases
 
 	// InTx runs fn in one transaction and commits it if fn returns nil;
 	// otherwise nothing fn wrote stays, and InTx returns fn's error as it
@@ -205,6 +206,26 @@ type Events interface {
 }
 
 // Settings are small cluster-wide values (e.g. the data-plane signing key).
+// Leases are named, expiring leaderships shared through the database
+// (the controller's, among server replicas).
+type Leases interface {
+	// AcquireLease takes or renews lease name for holder until now+ttl
+	// when it is free, expired or holder's already, and returns the lease
+	// as stored afterwards: held by holder, or by another until ExpiresAt.
+	AcquireLease(ctx context.Context, name, holder string, now time.Time, ttl time.Duration) (Lease, error)
+	// ReleaseLease lets lease name expire now if holder holds it.
+	ReleaseLease(ctx context.Context, name, holder string, now time.Time) error
+}
+
+// Lease is one lease as stored. Epoch grows by one whenever the holder
+// changes: a fencing token a holder can compare.
+type Lease struct {
+	Name      string
+	Holder    string
+	Epoch     int64
+	ExpiresAt time.Time
+}
+
 type Settings interface {
 	// PutSettingIfAbsent stores value only if key is unset and returns the
 	// value now stored.

@@ -78,6 +78,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Operations", testOperations},
 		{"UpdateSandboxAndOperation", testUpdateBoth},
 		{"Workers", testWorkers},
+		{"Leases", testLeases},
 		{"Events", testEvents},
 		{"EventsConcurrent", testEventsConcurrent},
 		{"Settings", testSettings},
@@ -952,6 +953,38 @@ func testUpdateBoth(t *testing.T, s store.Store) {
 	after, _ := s.GetSandbox(ctx, "sb-1")
 	if after.Generation != stored.Generation {
 		t.Errorf("sandbox written although the operation was missing")
+	}
+}
+
+func testLeases(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	ttl := 10 * time.Second
+	want := func(what string, l store.Lease, err error, holder string, epoch int64, expires time.Time) {
+		t.Helper()
+		must(t, what, err)
+		if l.Name != "controller" || l.Holder != holder || l.Epoch != epoch {
+			t.Errorf("%s: lease %+v; want held by %s at epoch %d", what, l, holder, epoch)
+		}
+		sameTime(t, what+": expiry", l.ExpiresAt, expires)
+	}
+	l, err := s.AcquireLease(ctx, "controller", "a", at(0), ttl)
+	want("first acquire", l, err, "a", 1, at(ttl))
+	l, err = s.AcquireLease(ctx, "controller", "b", at(5*time.Second), ttl)
+	want("another holder before expiry", l, err, "a", 1, at(ttl))
+	l, err = s.AcquireLease(ctx, "controller", "a", at(8*time.Second), ttl)
+	want("renew", l, err, "a", 1, at(18*time.Second))
+	l, err = s.AcquireLease(ctx, "controller", "b", at(19*time.Second), ttl)
+	want("take over after expiry", l, err, "b", 2, at(29*time.Second))
+	must(t, "release by a non-holder", s.ReleaseLease(ctx, "controller", "a", at(20*time.Second)))
+	l, err = s.AcquireLease(ctx, "controller", "a", at(21*time.Second), ttl)
+	want("a non-holder's release changes nothing", l, err, "b", 2, at(29*time.Second))
+	must(t, "release", s.ReleaseLease(ctx, "controller", "b", at(22*time.Second)))
+	l, err = s.AcquireLease(ctx, "controller", "a", at(23*time.Second), ttl)
+	want("acquire after release", l, err, "a", 3, at(33*time.Second))
+	// Leases are independent by name.
+	other, err := s.AcquireLease(ctx, "other", "b", at(23*time.Second), ttl)
+	if err != nil || other.Holder != "b" || other.Epoch != 1 {
+		t.Errorf("another lease: %+v %v", other, err)
 	}
 }
 
