@@ -92,6 +92,9 @@ type Config struct {
 // LeaseName is the store lease of the controller that reconciles.
 const LeaseName = "controller"
 
+// followerRetry is the least time between a follower's looks at the lease.
+const followerRetry = 200 * time.Millisecond
+
 // DefaultLeaseTTL is Config.LeaseTTL's default.
 const DefaultLeaseTTL = 15 * time.Second
 
@@ -208,10 +211,20 @@ func (c *Controller) Run(ctx context.Context) error {
 	for {
 		changed := c.ev.Changed() // taken before the round so no wake-up is missed
 		if !c.lead(ctx) {
+			// Look again at the next renewal tick, or sooner when there is
+			// work (a change, a kick: the holder may have released the
+			// lease on its way out), at most every followerRetry.
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
-			case <-leaseTick.C: // the holder may have gone
+			case <-leaseTick.C:
+			case <-changed:
+			case <-c.kick:
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(followerRetry):
 			}
 			continue
 		}

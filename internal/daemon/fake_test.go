@@ -14,6 +14,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -77,43 +78,10 @@ func startFakeStackTraced(t *testing.T, tp trace.TracerProvider, opts ...func(*w
 		t.Fatal(err)
 	}
 
-	// The template: a root with an agent where the fake looks for one.
-	root := filepath.Join(dir, "template")
-	if err := os.MkdirAll(filepath.Join(root, "usr", "local", "bin"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(root, "usr", "local", "bin", "airlock-agent"), []byte("#!/bin/false\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256([]byte("fake base template"))
-	tmpl := model.Template{Name: "base", Tag: "latest", Digest: "sha256:" + hex.EncodeToString(sum[:]), SizeBytes: 1 << 20}
-
 	drv := fake.New(log)
-	snaps, err := snapshot.Open(filepath.Join(dir, "snapshots"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	const workerID = "w-fake"
 	started := time.Now()
-	wcfg := worker.Config{
-		ID: workerID, ServerURL: url, WorkerToken: workerToken, SecretFile: filepath.Join(dir, "worker.secret"),
-		DataPlaneListener: dl, DataPlaneURL: "http://" + dl.Addr().String(),
-		Driver:    &airruntime.Multi{Drivers: map[string]airruntime.Driver{fake.Name: drv}, Default: fake.Name},
-		Snapshots: snaps,
-		Templates: func() ([]model.Template, error) { return []model.Template{tmpl}, nil },
-		RootFS: func(digest string) string {
-			if digest == tmpl.Digest {
-				return root
-			}
-			return ""
-		},
-		CapacityMiB: 4096, CapacityVCPUs: 4,
-		Logger: log.With("component", "worker"),
-	}
+	wcfg := fakeWorkerConfig(t, dir, workerID, url, workerToken, drv, log)
 	for _, o := range opts {
 		o(&wcfg)
 	}
@@ -301,5 +269,45 @@ func TestCheckpointsOnFakeRuntime(t *testing.T) {
 	}
 	if ids, err := s.drv.List(ctx); err != nil || len(ids) != 0 {
 		t.Errorf("runtime sandboxes after the deletes: %v %v, want none", ids, err)
+	}
+}
+
+// fakeWorkerConfig is the config of a worker with the fake runtime drv,
+// one template (a root with an agent where the fake looks for one), its
+// state under dir and its data plane on a loopback port, registering with
+// the server(s) at serverURL.
+func fakeWorkerConfig(t *testing.T, dir, workerID, serverURL, workerToken string, drv *fake.Driver, log *slog.Logger) worker.Config {
+	t.Helper()
+	root := filepath.Join(dir, "template")
+	if err := os.MkdirAll(filepath.Join(root, "usr", "local", "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "usr", "local", "bin", "airlock-agent"), []byte("#!/bin/false\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256([]byte("fake base template"))
+	tmpl := model.Template{Name: "base", Tag: "latest", Digest: "sha256:" + hex.EncodeToString(sum[:]), SizeBytes: 1 << 20}
+	snaps, err := snapshot.Open(filepath.Join(dir, "snapshots"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return worker.Config{
+		ID: workerID, ServerURL: serverURL, WorkerToken: workerToken, SecretFile: filepath.Join(dir, "worker.secret"),
+		DataPlaneListener: dl, DataPlaneURL: "http://" + dl.Addr().String(),
+		Driver:    &airruntime.Multi{Drivers: map[string]airruntime.Driver{fake.Name: drv}, Default: fake.Name},
+		Snapshots: snaps,
+		Templates: func() ([]model.Template, error) { return []model.Template{tmpl}, nil },
+		RootFS: func(digest string) string {
+			if digest == tmpl.Digest {
+				return root
+			}
+			return ""
+		},
+		CapacityMiB: 4096, CapacityVCPUs: 4,
+		Logger: log.With("component", "worker"),
 	}
 }
