@@ -189,6 +189,15 @@ func (m *metrics) watchServer(srv *server) {
 		reqTime.WithLabelValues(method, route).Observe(d.Seconds())
 	}
 	srv.observeAPI.Store(&f)
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "airlock_controller_leader",
+		Help: "1 when this server's controller holds the controller lease (it reconciles), 0 when another replica does.",
+	}, func() float64 {
+		if leading, _ := srv.ctrl.Leading(); leading {
+			return 1
+		}
+		return 0
+	}))
 }
 
 // opSeen remembers the operations already timed, so an operation whose

@@ -129,7 +129,7 @@ func TestMetricsFamiliesMove(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	for _, fam := range []string{
-		"airlock_api_requests_total", "airlock_api_request_duration_seconds",
+		"airlock_api_requests_total", "airlock_api_request_duration_seconds", "airlock_controller_leader",
 		"airlock_operation_duration_seconds", "airlock_sandboxes", "airlock_operations_open", "airlock_reconcile_lag_seconds",
 		"airlock_pool_claims_total", "airlock_controller_reconcile_seconds",
 		"airlock_snapshot_bytes_total", "airlock_snapshot_duration_seconds", "airlock_dataplane_bytes_total",
@@ -144,6 +144,9 @@ func TestMetricsFamiliesMove(t *testing.T) {
 		if d := after[series] - before[series]; d < atLeast {
 			t.Errorf("%s moved by %v, want at least %v (before %v, after %v)", series, d, atLeast, before[series], after[series])
 		}
+	}
+	if after["airlock_controller_leader{}"] != 1 {
+		t.Errorf("airlock_controller_leader = %v on the only server; want 1", after["airlock_controller_leader{}"])
 	}
 	moved("airlock_api_requests_total{method=POST,route=/v1/sandboxes,status=202}", 1)
 	moved("airlock_api_requests_total{method=POST,route=/v1/sandboxes/{id}/commands,status=201}", 1)
