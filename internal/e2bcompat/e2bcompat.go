@@ -39,6 +39,7 @@ import (
 
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/service"
+	"github.com/airlock/airlock/internal/tracing"
 )
 
 // EnvdVersion is the envd version Airlock reports; the SDKs enable features
@@ -267,48 +268,22 @@ func (s *server) observed(pattern string, h http.Handler) http.Handler {
 		method, route = "", pattern
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sw := &statusWriter{ResponseWriter: w}
+		sw := &tracing.StatusWriter{ResponseWriter: w}
 		t0 := time.Now()
 		defer func() {
 			m := method
 			if m == "" {
 				m = r.Method
 			}
-			s.observe(m, route, sw.code(), time.Since(t0))
+			code := sw.Code()
+			if code == 0 {
+				code = http.StatusOK // nothing written: net/http answers 200
+			}
+			s.observe(m, route, code, time.Since(t0))
 		}()
 		h.ServeHTTP(sw, r)
 	})
 }
-
-// statusWriter records the status of an answer.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-func (w *statusWriter) code() int {
-	if w.status == 0 {
-		return http.StatusOK
-	}
-	return w.status
-}
-
-// Unwrap lets http.ResponseController reach the connection.
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (s *server) wrap(h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
