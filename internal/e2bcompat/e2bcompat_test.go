@@ -419,6 +419,7 @@ func TestCreateRejects(t *testing.T) {
 	}{
 		{`{"templateID":"nope"}`, 400, "not found"},
 		{`{"templateID":"base","timeout":0}`, 400, "timeout"},
+		{`{"templateID":"base","timeout":10000000000}`, 400, "timeout"}, // would overflow as a Duration
 		{`{"templateID":"base","network":{"egressProxy":{"url":"http://p"}}}`, 501, "network.egressProxy"},
 		{`{"templateID":"base","network":{"allowOut":"1.1.1.1"}}`, 400, "network.allowOut"},
 		{`{"templateID":"base","network":{"denyOut":["evil.example.com"]}}`, 400, "network"},

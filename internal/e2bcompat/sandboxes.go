@@ -412,12 +412,9 @@ func (s *server) create(w http.ResponseWriter, r *http.Request, p service.Princi
 	// sandbox wakes on data-plane traffic. E2B's default, and so an
 	// omitted autoResume, is off: traffic to a paused sandbox fails.
 	autoWake := req.AutoResume != nil && req.AutoResume.Enabled
-	timeout := DefaultTimeout
-	if req.Timeout != nil {
-		timeout = *req.Timeout
-	}
-	if timeout <= 0 || time.Duration(timeout)*time.Second > service.MaxSandboxTimeout {
-		return badRequest("timeout is %d seconds; it must be between 1 and %d", timeout, int(service.MaxSandboxTimeout/time.Second))
+	timeout, err := sandboxTimeout(req.Timeout)
+	if err != nil {
+		return err
 	}
 	md := make(map[string]string, len(req.Metadata)+2)
 	for k, v := range req.Metadata {

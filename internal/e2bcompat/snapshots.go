@@ -218,7 +218,7 @@ func (s *server) fork(w http.ResponseWriter, r *http.Request, p service.Principa
 	if count < 1 || count > service.MaxForks {
 		return badRequest("count is %d; it must be between 1 and %d", count, service.MaxForks)
 	}
-	timeout, err := forkTimeout(req.Timeout)
+	timeout, err := sandboxTimeout(req.Timeout)
 	if err != nil {
 		return err
 	}
@@ -271,7 +271,10 @@ func (s *server) forkOutcome(r *http.Request, p service.Principal, c service.Cre
 	return forkResult{Error: &errorBody{Code: status, Message: message(err)}}
 }
 
-func forkTimeout(t *int) (int, error) {
+// sandboxTimeout is a create's or fork's time to live in seconds:
+// DefaultTimeout when t is nil, else *t, between 1 and MaxSandboxTimeout
+// (compared in seconds, so no multiplication can overflow).
+func sandboxTimeout(t *int) (int, error) {
 	timeout := DefaultTimeout
 	if t != nil {
 		timeout = *t
