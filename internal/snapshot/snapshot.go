@@ -175,11 +175,15 @@ type Pending struct {
 // Begin creates a pending snapshot of sandboxID; the runtime writes its
 // artifacts into Dir.
 func (s *Store) Begin(sandboxID string) (*Pending, error) {
+	return s.begin(sandboxID, newID())
+}
+
+// begin is Begin with the snapshot's id given (Pull keeps the id it had).
+func (s *Store) begin(sandboxID, id string) (*Pending, error) {
 	if err := validName("sandbox id", sandboxID); err != nil {
 		return nil, err
 	}
 	sd := s.sandboxDir(sandboxID)
-	id := newID()
 	dir := filepath.Join(sd, ".pending-"+id)
 	// The sandbox dir may vanish between the two steps: removing a
 	// retired snapshot drops the dir once it is empty (a wake retires the
