@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One command from a fresh Debian 12 machine to a passing test suite: installs
-# the Debian packages, starts a private PostgreSQL server for the store tests,
+# the Debian packages, starts a private PostgreSQL server for the store tests
+# and a private S3-compatible server (SeaweedFS) for the blob store tests,
 # builds, and runs every Go test (real runsc, real PostgreSQL, real SQLite).
 # Extra arguments go to `go test` (e.g. -run TestName).
 set -euo pipefail
@@ -40,10 +41,36 @@ as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u "$pguser" -- "$@"; else "$@"; f
 as_pg "$pgbin/initdb" -D "$pgdir/data" -U airlock --auth=trust >/dev/null
 as_pg "$pgbin/pg_ctl" -D "$pgdir/data" -l "$pgdir/log" -w \
   -o "-p $port -k $pgdir -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200" start >/dev/null
-cleanup() { as_pg "$pgbin/pg_ctl" -D "$pgdir/data" -m fast stop >/dev/null 2>&1 || true; rm -rf "$pgdir"; }
+s3pid=
+cleanup() {
+  as_pg "$pgbin/pg_ctl" -D "$pgdir/data" -m fast stop >/dev/null 2>&1 || true
+  if [ -n "$s3pid" ]; then kill "$s3pid" 2>/dev/null || true; wait "$s3pid" 2>/dev/null || true; fi
+  rm -rf "$pgdir"
+}
 trap cleanup EXIT
 export AIRLOCK_TEST_POSTGRES_URL="postgres://airlock@127.0.0.1:$port/postgres?sslmode=disable"
 echo "test: PostgreSQL $("$pgbin/postgres" --version | awk '{print $3}') on 127.0.0.1:$port"
+
+# A private S3-compatible server (SeaweedFS, built once per machine by
+# scripts/seaweedfs.sh) for the blob store tests, with one access key; its data
+# lives beside PostgreSQL's and goes with it.
+weed=$(./scripts/seaweedfs.sh)
+s3port=$(( port + 1 )); sw=$(( 46000 + RANDOM % 4000 ))
+mkdir -p "$pgdir/s3"
+cat >"$pgdir/s3/identities.json" <<'JSON'
+{"identities":[{"name":"airlock-test","credentials":[{"accessKey":"airlocktest","secretKey":"airlocktestsecret"}],"actions":["Admin","Read","Write","List","Tagging"]}]}
+JSON
+"$weed" server -ip=127.0.0.1 -ip.bind=127.0.0.1 -dir="$pgdir/s3" -master.volumeSizeLimitMB=256 \
+  -master.port=$sw -volume.port=$(( sw + 1 )) -filer.port=$(( sw + 2 )) \
+  -s3 -s3.port=$s3port -s3.config="$pgdir/s3/identities.json" >"$pgdir/s3/log" 2>&1 &
+s3pid=$!
+for _ in $(seq 1 60); do
+  [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$s3port/" || true)" = 403 ] && break
+  sleep 1
+done
+export AWS_ACCESS_KEY_ID=airlocktest AWS_SECRET_ACCESS_KEY=airlocktestsecret
+export AIRLOCK_TEST_S3_URL="s3://airlock-test?endpoint=http://127.0.0.1:$s3port&region=us-east-1"
+echo "test: SeaweedFS $("$weed" version | awk '{print $3}') S3 on 127.0.0.1:$s3port"
 
 # Root's login shell on some machines runs `pyenv rehash`, which waits up to a minute on a
 # lock file; a login shell killed mid-rehash leaves the lock behind and every later `bash -l`

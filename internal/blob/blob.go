@@ -47,8 +47,8 @@ type Object struct {
 // Store is a blob store. Its methods are safe for concurrent use.
 type Store interface {
 	// Put stores size bytes read from r under key, replacing what was
-	// there. When r is an io.ReaderAt (an *os.File) a backend may upload
-	// parts of it in parallel. Fewer or more bytes than size fail the Put
+	// there. When r is an *os.File a backend may upload parts of it in
+	// parallel. Fewer or more bytes than size fail the Put
 	// and leave nothing under key that was not there before.
 	Put(ctx context.Context, key string, r io.Reader, size int64) error
 	// Get opens the object under key (ErrNotFound when there is none) and
@@ -127,20 +127,39 @@ func validPrefix(prefix string) error {
 	return ValidKey(strings.TrimSuffix(prefix, "/"))
 }
 
-// countingReader counts what it reads and fails a read past limit.
+// countingReader counts what it reads and fails the read that reaches
+// limit when more follows (a reader longer than the size given: a backend
+// that reads exactly size bytes would store a truncated object).
 type countingReader struct {
 	r     io.Reader
 	n     int64
 	limit int64
+	extra bool // more than limit bytes were there
 }
 
 var errTooLong = errors.New("more bytes than the size given")
 
 func (c *countingReader) Read(p []byte) (int, error) {
+	if room := c.limit - c.n; int64(len(p)) > room+1 {
+		p = p[:room+1]
+	}
 	n, err := c.r.Read(p)
 	c.n += int64(n)
 	if c.n > c.limit {
+		c.extra = true
 		return n, errTooLong
+	}
+	if c.n == c.limit && err == nil {
+		var one [1]byte
+		m, perr := io.ReadFull(c.r, one[:])
+		if m > 0 {
+			c.extra = true
+			return n, errTooLong
+		}
+		if perr != nil && !errors.Is(perr, io.EOF) {
+			return n, perr
+		}
+		return n, io.EOF
 	}
 	return n, err
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 
@@ -146,7 +147,7 @@ func s3Err(err error) error {
 }
 
 // Put implements Store. An object of more than PartSize bytes read from an
-// io.ReaderAt goes up in UploadThreads parallel parts; S3 publishes it only
+// *os.File goes up in UploadThreads parallel parts; S3 publishes it only
 // when the multipart upload completes, and an aborted upload leaves no
 // object.
 func (s *S3) Put(ctx context.Context, key string, r io.Reader, size int64) error {
@@ -157,8 +158,22 @@ func (s *S3) Put(ctx context.Context, key string, r io.Reader, size int64) error
 	if size < 0 {
 		return model.Errorf(model.ErrInvalid, "blob %s: size %d", key, size)
 	}
-	if _, ok := r.(io.ReaderAt); !ok {
-		r = &countingReader{r: r, limit: size}
+	var cr *countingReader
+	if f, ok := r.(*os.File); ok {
+		// Parallel parts from the file (minio-go reads it with ReadAt):
+		// its size is checked here, as a stream's is while it is read.
+		st, err := f.Stat()
+		if err != nil {
+			return fmt.Errorf("blob: put %s: %w", key, err)
+		}
+		if st.Size() != size {
+			return fmt.Errorf("blob: put %s: the file has %d bytes, size given %d", key, st.Size(), size)
+		}
+	} else {
+		// Any other reader is read as a stream (its own ReadAt hidden),
+		// counted.
+		cr = &countingReader{r: r, limit: size}
+		r = cr
 	}
 	info, err := s.c.PutObject(ctx, s.bucket, name, r, size, minio.PutObjectOptions{
 		PartSize:    PartSize,
@@ -168,10 +183,11 @@ func (s *S3) Put(ctx context.Context, key string, r io.Reader, size int64) error
 	if err != nil {
 		return fmt.Errorf("blob: put %s: %w", key, err)
 	}
-	if info.Size != size {
-		// A short reader: the object is wrong; take it away again.
+	if info.Size != size || cr != nil && cr.extra {
+		// The reader was not size bytes long: the object is wrong (the
+		// client sent size bytes of it); take it away again.
 		s.c.RemoveObject(context.WithoutCancel(ctx), s.bucket, name, minio.RemoveObjectOptions{})
-		return fmt.Errorf("blob: put %s: stored %d bytes, size given %d", key, info.Size, size)
+		return fmt.Errorf("blob: put %s: the reader had more or fewer bytes than the size given (%d)", key, size)
 	}
 	return nil
 }

@@ -28,6 +28,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlock/airlock/internal/blob"
 	"github.com/airlock/airlock/internal/events"
 	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/scheduler"
@@ -48,6 +49,10 @@ const (
 	MaxSyncWait = 60 * time.Second
 	// staleFactor × HeartbeatTTL without a heartbeat earns a sandbox a note.
 	staleFactor = 4
+	// wakeMoveFactor × HeartbeatTTL without a heartbeat from the worker
+	// waking a sandbox whose snapshot is in the blob store moves the wake
+	// to another worker (reconcile rule 7b).
+	wakeMoveFactor = 2
 )
 
 // Config wires a Controller.
@@ -65,6 +70,9 @@ type Config struct {
 	// HeartbeatTTL). The service's imports place through the same one
 	// (Controller.Placer).
 	Placer scheduler.Placer
+	// Blobs is the shared blob store whose suspend snapshots the leader
+	// garbage-collects (blobgc.go; nil: none).
+	Blobs blob.Store
 	// Resync is the period of the full reconcile (0: DefaultResync).
 	Resync time.Duration
 	// OperationDeadline is the deadline callers give new operations
@@ -204,7 +212,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	defer c.stoppingOnce.Do(func() { close(c.stopping) })
 	tick := time.NewTicker(c.cfg.Resync)
 	defer tick.Stop()
-	var lastGC time.Time
+	var lastGC, lastBlobGC time.Time
 	defer c.releaseLease()
 	leaseTick := time.NewTicker(c.cfg.LeaseTTL / 3)
 	defer leaseTick.Stop()
@@ -241,6 +249,12 @@ func (c *Controller) Run(ctx context.Context) error {
 			lastGC = c.now()
 			if _, err := c.collectTemplates(ctx); err != nil && ctx.Err() == nil {
 				c.log.Warn("controller: template garbage collection", "err", err)
+			}
+		}
+		if c.cfg.Blobs != nil && c.now().Sub(lastBlobGC) >= BlobGCInterval {
+			lastBlobGC = c.now()
+			if _, err := c.collectBlobs(ctx); err != nil && ctx.Err() == nil {
+				c.log.Warn("controller: blob store garbage collection", "err", err)
 			}
 		}
 		select {

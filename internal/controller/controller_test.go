@@ -210,7 +210,8 @@ type fakeWorker struct {
 	e     *env
 	id    string
 	token string
-	free  *int // reported free memory (nil: none)
+	free  *int   // reported free memory (nil: none)
+	blob  string // the blob store it registers ("": none)
 }
 
 func (e *env) worker(id string) *fakeWorker { return &fakeWorker{e: e, id: id, token: testToken} }
@@ -266,6 +267,7 @@ func (w *fakeWorker) register(templates ...model.Template) workerapi.RegisterRes
 	out, err := w.client().Register(w.e.ctx, workerapi.RegisterRequest{
 		ID: w.id, DataPlaneURL: "http://127.0.0.1:1/" + w.id, Runtimes: []string{"gvisor"},
 		CapacityMiB: 4096, CapacityVCPUs: 4, Templates: templates, Secret: secret, FreeMiB: w.free,
+		BlobStore: w.blob,
 	})
 	if err != nil {
 		w.e.t.Fatalf("register: %v", err)

@@ -798,3 +798,114 @@ func TestStaleReadDoesNotCompleteOperation(t *testing.T) {
 	e.wantSandbox("sb1", model.StateRunning, "w1", "")
 	e.wantOp(resume.ID, model.OpSucceeded, "")
 }
+
+// TestWakeMovesThroughTheBlobStore: a suspended sandbox whose snapshot is
+// in the shared blob store wakes on another worker on the same store when
+// its own is cordoned, silent or full; one whose snapshot is only on its
+// worker wakes there; one that fits nowhere waits suspended with the
+// reason.
+func TestWakeMovesThroughTheBlobStore(t *testing.T) {
+	e := newEnv(t)
+	w1, w2, w3 := e.worker("w1"), e.worker("w2"), e.worker("w3")
+	w1.blob, w2.blob, w3.blob = "file:///shared", "file:///shared", "s3://other"
+	for _, w := range []*fakeWorker{w1, w2, w3} {
+		w.register(baseTemplate)
+	}
+	e.runningSandbox(w1, "sb1")
+	e.mustLifecycle(model.OpSuspend, "sb1")
+	e.reconcile()
+	w1.sync(-1, 0, workerapi.Observed{SandboxID: "sb1", State: model.StateSuspended, SnapshotID: "snap-1", SnapshotBytes: 10, SnapshotShared: true})
+	if sb := e.wantSandbox("sb1", model.StateSuspended, "w1", ""); !sb.SnapshotShared {
+		t.Fatal("a snapshot the worker reported shared is not recorded so")
+	}
+
+	// Its worker is live and has room: it wakes there.
+	wake := e.mustLifecycle(model.OpWake, "sb1")
+	e.reconcile()
+	e.wantSandbox("sb1", model.StateWaking, "w1", "")
+	w1.sync(-1, 0, workerapi.Observed{SandboxID: "sb1", State: model.StateRunning})
+	if sb := e.wantSandbox("sb1", model.StateRunning, "w1", ""); sb.SnapshotShared {
+		t.Fatal("a woken sandbox still says its snapshot is shared")
+	}
+	e.wantOp(wake.ID, model.OpSucceeded, "")
+
+	// Suspended again, its worker cordoned: it wakes on w2 (same store),
+	// never on w3 (another store), and w1 no longer has it assigned.
+	e.mustLifecycle(model.OpSuspend, "sb1")
+	e.reconcile()
+	w1.sync(-1, 0, workerapi.Observed{SandboxID: "sb1", State: model.StateSuspended, SnapshotID: "snap-2", SnapshotBytes: 10, SnapshotShared: true})
+	if err := e.st.SetWorkerCordoned(e.ctx, "w1", true); err != nil {
+		t.Fatal(err)
+	}
+	wake = e.mustLifecycle(model.OpWake, "sb1")
+	e.reconcile()
+	e.wantSandbox("sb1", model.StateWaking, "w2", "")
+	wantAssignments(t, w1.sync(-1, 0), map[string]model.SandboxState{})
+	resp := w2.sync(-1, 0)
+	wantAssignments(t, resp, map[string]model.SandboxState{"sb1": model.StateRunning})
+	if a := resp.Assignments[0].Sandbox; a.SnapshotID != "snap-2" || a.State != model.StateWaking {
+		t.Fatalf("the moved wake is assigned as %s with snapshot %q, want waking with snap-2", a.State, a.SnapshotID)
+	}
+	w2.sync(resp.Version, 0, workerapi.Observed{SandboxID: "sb1", State: model.StateRunning})
+	e.wantSandbox("sb1", model.StateRunning, "w2", "")
+	e.wantOp(wake.ID, model.OpSucceeded, "")
+
+	// A snapshot only on its worker (the push failed) stays there even
+	// when that worker is cordoned.
+	e.mustLifecycle(model.OpSuspend, "sb1")
+	e.reconcile()
+	w2.sync(-1, 0, workerapi.Observed{SandboxID: "sb1", State: model.StateSuspended, SnapshotID: "snap-3", SnapshotBytes: 10})
+	if err := e.st.SetWorkerCordoned(e.ctx, "w2", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.st.SetWorkerCordoned(e.ctx, "w1", false); err != nil {
+		t.Fatal(err)
+	}
+	e.mustLifecycle(model.OpWake, "sb1")
+	e.reconcile()
+	e.wantSandbox("sb1", model.StateWaking, "w2", "")
+	w2.sync(-1, 0, workerapi.Observed{SandboxID: "sb1", State: model.StateRunning})
+
+	// Its worker silent and the only other one on the store cordoned: it
+	// waits suspended, saying why, and wakes once a worker can take it.
+	e.mustLifecycle(model.OpSuspend, "sb1")
+	e.reconcile()
+	w2.sync(-1, 0, workerapi.Observed{SandboxID: "sb1", State: model.StateSuspended, SnapshotID: "snap-4", SnapshotBytes: 10, SnapshotShared: true})
+	if err := e.st.SetWorkerCordoned(e.ctx, "w2", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.st.SetWorkerCordoned(e.ctx, "w1", true); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(2 * e.c.HeartbeatTTL())
+	w3.sync(-1, 0) // w3 is live, on another store
+	wake = e.mustLifecycle(model.OpWake, "sb1")
+	e.reconcile()
+	e.wantSandbox("sb1", model.StateSuspended, "w2", "waiting to wake")
+	if err := e.st.SetWorkerCordoned(e.ctx, "w1", false); err != nil {
+		t.Fatal(err)
+	}
+	w1.sync(-1, 0)
+	e.reconcile()
+	e.wantSandbox("sb1", model.StateWaking, "w1", "")
+	w1.sync(-1, 0, workerapi.Observed{SandboxID: "sb1", State: model.StateRunning})
+	e.wantSandbox("sb1", model.StateRunning, "w1", "")
+	e.wantOp(wake.ID, model.OpSucceeded, "")
+
+	// Its worker goes silent while waking it: back to suspended, then
+	// waking on the other worker of the store.
+	e.mustLifecycle(model.OpSuspend, "sb1")
+	e.reconcile()
+	w1.sync(-1, 0, workerapi.Observed{SandboxID: "sb1", State: model.StateSuspended, SnapshotID: "snap-5", SnapshotBytes: 10, SnapshotShared: true})
+	w2.sync(-1, 0)
+	wake = e.mustLifecycle(model.OpWake, "sb1")
+	e.reconcile()
+	e.wantSandbox("sb1", model.StateWaking, "w1", "")
+	e.clock.Advance(3 * e.c.HeartbeatTTL())
+	w2.sync(-1, 0)
+	e.reconcile()
+	e.wantSandbox("sb1", model.StateWaking, "w2", "")
+	w2.sync(-1, 0, workerapi.Observed{SandboxID: "sb1", State: model.StateRunning})
+	e.wantSandbox("sb1", model.StateRunning, "w2", "")
+	e.wantOp(wake.ID, model.OpSucceeded, "")
+}

@@ -191,7 +191,9 @@ func (c *Controller) reconcile(ctx context.Context, r *round, id string) error {
 			}
 			return err
 		}
-		if a.sb != nil && sb.State == model.StatePending && a.sb.State == model.StateStarting {
+		if a.sb != nil && !scheduler.Reserves(sb.State) && scheduler.Reserves(a.sb.State) && a.sb.WorkerID != "" {
+			// Placed, or waking (maybe moved): it takes its worker's
+			// capacity from now on in this round.
 			l := r.load[a.sb.WorkerID]
 			l.Add(a.sb.Resources, a.sb.State)
 			r.load[a.sb.WorkerID] = l
@@ -254,8 +256,12 @@ func priorState(ops []model.Operation) model.SandboxState {
 //  6. pending and desired running → placed (starting) by Config.Placer, or
 //     a Reason saying why not;
 //  7. lifecycle: running|paused and desired suspended → suspending;
-//     suspended and desired running → waking; an open lifecycle operation
+//     suspended and desired running → waking, on its worker or, its
+//     snapshot in the blob store, another (wakeOn), or a Reason saying why
+//     it cannot wake yet; an open lifecycle operation
 //     that the assignment now drives → running;
+//  7b. waking, its snapshot in the blob store, on a worker silent for
+//     wakeMoveFactor × HeartbeatTTL → suspended again, to wake elsewhere;
 //  8. placed on a worker that has been silent for staleFactor × HeartbeatTTL
 //     → a note in Reason (the sandbox stays: the worker may come back).
 //
@@ -408,7 +414,19 @@ func (c *Controller) decide(r *round, sb model.Sandbox, open []model.Operation, 
 		case (sb.State == model.StateRunning || sb.State == model.StatePaused) && sb.DesiredState == model.StateSuspended:
 			nsb.State = model.StateSuspending
 		case sb.State == model.StateSuspended && sb.DesiredState == model.StateRunning:
+			wid, err := c.wakeOn(r, sb)
+			if err != nil {
+				if sb.Reason == err.Error() {
+					return action{}
+				}
+				nsb.Reason = err.Error()
+				return action{sb: &nsb, why: "cannot wake yet"}
+			}
 			nsb.State = model.StateWaking
+			if wid != sb.WorkerID {
+				c.log.Info("waking a sandbox on another worker", "sandbox", sb.ID, "from", sb.WorkerID, "to", wid, "snapshot", sb.SnapshotID)
+				nsb.WorkerID = wid
+			}
 		}
 		var nop *model.Operation
 		if op, ok := firstOp(open, func(op model.Operation) bool {
@@ -426,6 +444,19 @@ func (c *Controller) decide(r *round, sb model.Sandbox, open []model.Operation, 
 				a.sb = &nsb
 			}
 			return a
+		}
+	}
+
+	// 7b. Waking on a worker gone silent, from a snapshot in the blob
+	// store: back to suspended, so that rule 7 wakes it elsewhere. (Had the
+	// worker restored it meanwhile, unseen, that copy goes when the worker
+	// next syncs: the sandbox is no longer assigned to it.)
+	if !deleting && sb.State == model.StateWaking && sb.SnapshotShared {
+		if w, known := r.byID[sb.WorkerID]; known && now.Sub(w.LastHeartbeat) > wakeMoveFactor*c.cfg.HeartbeatTTL {
+			nsb := sb
+			nsb.State = model.StateSuspended
+			nsb.Reason = fmt.Sprintf("worker %s went silent while waking it (no heartbeat since %s); waking it on another worker", sb.WorkerID, w.LastHeartbeat.UTC().Format(time.RFC3339))
+			return action{sb: &nsb, why: "waking on a silent worker"}
 		}
 	}
 
@@ -450,6 +481,41 @@ func (c *Controller) decide(r *round, sb model.Sandbox, open []model.Operation, 
 		}
 	}
 	return action{}
+}
+
+// wakeOn returns the worker suspended sb wakes on: its own (where its
+// snapshot is) while that one is live and uncordoned and has room for it,
+// else, when its snapshot is in the shared blob store (SnapshotShared),
+// another worker on the same blob store that the placer picks, which pulls
+// the snapshot from there. A sandbox that can wake nowhere yet waits
+// suspended with the reason (an error wrapping model.ErrUnavailable); one
+// whose snapshot is only on its own worker always wakes there (it waits
+// for the worker to come back).
+func (c *Controller) wakeOn(r *round, sb model.Sandbox) (string, error) {
+	home, known := r.byID[sb.WorkerID]
+	if !sb.SnapshotShared || !known || home.BlobStore == "" {
+		return sb.WorkerID, nil
+	}
+	req := scheduler.RequestFor(sb)
+	req.Needs.Snapshot = true
+	cl := scheduler.Cluster{Workers: []model.Worker{home}, Load: r.load, Now: r.now}
+	homeErr := error(nil)
+	if home.Cordoned {
+		homeErr = fmt.Errorf("worker %s is cordoned", home.ID)
+	} else if _, homeErr = c.cfg.Placer.Place(cl, req); homeErr == nil {
+		return home.ID, nil
+	}
+	cl.Workers = nil
+	for _, w := range r.workers {
+		if w.ID != home.ID && w.BlobStore == home.BlobStore {
+			cl.Workers = append(cl.Workers, w)
+		}
+	}
+	wid, err := c.cfg.Placer.Place(cl, req)
+	if err != nil {
+		return "", model.Errorf(model.ErrUnavailable, "waiting to wake: its worker cannot take it (%v) and no other worker on blob store %s can (%v)", homeErr, home.BlobStore, err)
+	}
+	return wid, nil
 }
 
 func stalePrefix(workerID string) string { return "worker " + workerID + " is unreachable: " }

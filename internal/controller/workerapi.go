@@ -138,6 +138,7 @@ func (c *Controller) Register(ctx context.Context, req workerapi.RegisterRequest
 		CapacityMiB:   req.CapacityMiB,
 		CapacityVCPUs: req.CapacityVCPUs,
 		FreeMiB:       req.FreeMiB,
+		BlobStore:     req.BlobStore,
 		LastHeartbeat: now,
 		CreatedAt:     now,
 	}
@@ -487,6 +488,7 @@ func decideObserved(sb model.Sandbox, open []model.Operation, wid string, o work
 		nsb.State = model.StateRunning
 		nsb.Reason = ""
 		nsb.LastActivityAt = now
+		nsb.SnapshotShared = false // the snapshot it woke from is gone
 		return withOp(action{why: "worker reports running after " + string(sb.State)}, reaches(model.StateRunning), model.OpSucceeded, "")
 
 	case o.State == model.StateSuspended && sb.State == model.StateSuspending:
@@ -494,6 +496,7 @@ func decideObserved(sb model.Sandbox, open []model.Operation, wid string, o work
 		nsb.Reason = ""
 		nsb.SnapshotID = o.SnapshotID
 		nsb.SnapshotBytes = o.SnapshotBytes
+		nsb.SnapshotShared = o.SnapshotShared
 		return withOp(action{why: "worker reports suspended"}, reaches(model.StateSuspended), model.OpSucceeded, "")
 
 	case (o.State == model.StateRunning || o.State == model.StatePaused) && sb.State == model.StateSuspending:

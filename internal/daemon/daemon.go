@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/airlock/airlock/internal/api"
+	"github.com/airlock/airlock/internal/blob"
 	"github.com/airlock/airlock/internal/controller"
 	"github.com/airlock/airlock/internal/e2bcompat"
 	"github.com/airlock/airlock/internal/events"
@@ -287,6 +288,7 @@ func serverCmd(ctx context.Context, args []string) error {
 	var warm warmFlag
 	fs.Var(&warm, "warm", warmUsage+"; a template no worker has yet is retried")
 	quotas := addQuotaFlags(fs)
+	blobURL := addBlobStoreFlag(fs)
 	tlsf := addTLSFlags(fs, "the API and the worker API")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -326,6 +328,14 @@ func serverCmd(ctx context.Context, args []string) error {
 	}
 	if err != nil {
 		return err
+	}
+	if *blobURL != "" {
+		b, err := blob.Open(ctx, *blobURL)
+		if err != nil {
+			return fmt.Errorf("--blob-store: %w", err)
+		}
+		srv.ctrl.SetBlobStore(b)
+		log.Info("blob store", "url", b.String())
 	}
 	m, err := startMetrics(ctx, *metricsAddr, log)
 	if err != nil {
@@ -382,6 +392,7 @@ func workerCmd(ctx context.Context, args []string) error {
 	eg := addEgressFlags(fs)
 	metricsAddr := addMetricsFlag(fs)
 	otlp := addTraceFlag(fs)
+	blobURL := addBlobStoreFlag(fs)
 	tlsf := addTLSFlags(fs, "the data plane")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -419,7 +430,7 @@ func workerCmd(ctx context.Context, args []string) error {
 		dataDir:  *dataDir, serverURL: *serverURL, token: *workerToken,
 		dataListen: *dataListen, advertise: *advertise, id: *id, log: log, progress: progressWriter{},
 		qemu: *withQEMU, templateImages: runtimeSet(*images), tls: tlsCfg, egress: eg, metrics: m,
-		shipped: runtimeSet(*shipped), tracer: tp.TracerProvider(),
+		shipped: runtimeSet(*shipped), tracer: tp.TracerProvider(), blobStore: *blobURL,
 	})
 	if err != nil {
 		return err
@@ -588,6 +599,13 @@ type workerOptions struct {
 	// capacity: what the worker offers (capacityFlags.resolve of
 	// --cpu-overcommit and friends; both callers set it).
 	capacity capacity
+	// blobStore: --blob-store's URL ("": none).
+	blobStore string
+}
+
+// addBlobStoreFlag adds --blob-store (default $AIRLOCK_BLOB_STORE).
+func addBlobStoreFlag(fs *flag.FlagSet) *string {
+	return fs.String("blob-store", os.Getenv("AIRLOCK_BLOB_STORE"), "shared blob store `URL` for suspend snapshots, so a suspended sandbox can wake on any worker on the same store: file:///DIR (a directory the workers share) or s3://BUCKET[/PREFIX]?endpoint=URL&region=R (credentials from $AWS_ACCESS_KEY_ID/$AWS_SECRET_ACCESS_KEY); on servers it garbage-collects the store (or $AIRLOCK_BLOB_STORE; default: none, snapshots stay on their worker)")
 }
 
 // templateImagesUsage documents --template-images.
@@ -639,6 +657,13 @@ func newWorker(ctx context.Context, o workerOptions) (*worker.Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open the snapshot store: %w", err)
 	}
+	var blobs blob.Store
+	if o.blobStore != "" {
+		if blobs, err = blob.Open(ctx, o.blobStore); err != nil {
+			return nil, fmt.Errorf("--blob-store: %w", err)
+		}
+		o.log.Info("blob store", "url", blobs.String())
+	}
 	// Before the worker runs: a suspend whose checkpoint was complete when
 	// the previous worker died is committed; anything else it left
 	// uncommitted goes.
@@ -679,7 +704,7 @@ func newWorker(ctx context.Context, o workerOptions) (*worker.Worker, error) {
 	w, err := worker.New(worker.Config{
 		Network: netCfg, Gateway: gw, NetLog: netLog, Observer: o.metrics.workerObserver(),
 		ID: id, ServerURL: o.serverURL, WorkerToken: o.token, SecretFile: filepath.Join(o.dataDir, "worker.secret"), HTTPClient: o.httpClient,
-		DataPlaneListener: ln, DataPlaneURL: adv, Driver: drivers, Snapshots: snaps, TemplateImages: o.templateImages,
+		DataPlaneListener: ln, DataPlaneURL: adv, Driver: drivers, Snapshots: snaps, Blobs: blobs, TemplateImages: o.templateImages,
 		Templates: func() ([]model.Template, error) { return image.ListTemplates(o.dataDir) },
 		RootFS:    func(digest string) string { return image.TemplateRootFS(o.dataDir, digest) },
 		RemoveTemplate: func(digest string, notAfter time.Time) (bool, error) {

@@ -150,6 +150,10 @@ type Sandbox struct {
 	// sandbox (or the last one taken).
 	SnapshotID    string `json:"snapshot_id,omitempty"`
 	SnapshotBytes int64  `json:"snapshot_bytes,omitempty"`
+	// SnapshotShared: the suspend snapshot is in the shared blob store
+	// (package blob) too, so the sandbox may wake on another worker that
+	// uses the same store (Worker.BlobStore).
+	SnapshotShared bool `json:"snapshot_shared,omitempty"`
 	// Pool is the template digest of the warm pool this sandbox waits in;
 	// empty once claimed (or for ordinary sandboxes).
 	Pool string `json:"pool,omitempty"`
@@ -426,7 +430,11 @@ type Worker struct {
 	FreeMiB *int `json:"free_mib,omitempty"`
 	// Cordoned workers take no new sandboxes (an operator's mark, kept
 	// across the worker's own re-registrations); what runs there stays.
-	Cordoned      bool      `json:"cordoned,omitempty"`
+	Cordoned bool `json:"cordoned,omitempty"`
+	// BlobStore is the shared blob store the worker uses (its URL without
+	// credentials; "" none): workers with the same one can restore each
+	// other's snapshots.
+	BlobStore     string    `json:"blob_store,omitempty"`
 	LastHeartbeat time.Time `json:"last_heartbeat"`
 	CreatedAt     time.Time `json:"created_at"`
 }

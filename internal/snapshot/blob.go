@@ -28,6 +28,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/airlock/airlock/internal/blob"
 )
@@ -252,4 +253,71 @@ func ValidManifestKey(key string) (sandboxID, snapshotID string, ok bool) {
 		return "", "", false
 	}
 	return sb, snap, true
+}
+
+// BlobGCStats says what GCBlobStore removed.
+type BlobGCStats struct {
+	Manifests, Blobs int   // removed
+	Bytes            int64 // of the removed blobs
+}
+
+// GCBlobStore removes from b the manifests keep refuses (by sandbox and
+// snapshot id), then every artifact no remaining manifest lists. Anything
+// younger than minAge stays whatever keep says: a push uploads its
+// artifacts before its manifest and reports the snapshot after both, so a
+// young object may belong to a snapshot the caller does not know of yet.
+// A manifest that cannot be read keeps every artifact (nothing is removed
+// on doubt); objects that are not the package's own are left alone.
+func GCBlobStore(ctx context.Context, b blob.Store, keep func(sandboxID, snapshotID string) bool, minAge time.Duration, now time.Time) (BlobGCStats, error) {
+	var st BlobGCStats
+	manifests, err := b.List(ctx, "snapshots/")
+	if err != nil {
+		return st, fmt.Errorf("snapshot: blob gc: %w", err)
+	}
+	referenced := map[string]bool{}
+	for _, o := range manifests {
+		sb, snap, ok := ValidManifestKey(o.Key)
+		if !ok {
+			continue
+		}
+		if now.Sub(o.Modified) >= minAge && !keep(sb, snap) {
+			if err := b.Delete(ctx, o.Key); err != nil {
+				return st, fmt.Errorf("snapshot: blob gc: %w", err)
+			}
+			st.Manifests++
+			continue
+		}
+		rc, _, err := b.Get(ctx, o.Key)
+		if err != nil {
+			return st, fmt.Errorf("snapshot: blob gc: read %s: %w", o.Key, err)
+		}
+		data, err := io.ReadAll(io.LimitReader(rc, maxManifestBytes+1))
+		rc.Close()
+		var m Manifest
+		if err == nil {
+			err = json.Unmarshal(data, &m)
+		}
+		if err != nil {
+			return st, fmt.Errorf("snapshot: blob gc: read %s: %w", o.Key, err)
+		}
+		for _, a := range m.Artifacts {
+			referenced[a.SHA256] = true
+		}
+	}
+	blobs, err := b.List(ctx, "blobs/sha256/")
+	if err != nil {
+		return st, fmt.Errorf("snapshot: blob gc: %w", err)
+	}
+	for _, o := range blobs {
+		sum := strings.TrimPrefix(o.Key, "blobs/sha256/")
+		if referenced[sum] || now.Sub(o.Modified) < minAge || strings.Contains(sum, "/") {
+			continue
+		}
+		if err := b.Delete(ctx, o.Key); err != nil {
+			return st, fmt.Errorf("snapshot: blob gc: %w", err)
+		}
+		st.Blobs++
+		st.Bytes += o.Size
+	}
+	return st, nil
 }

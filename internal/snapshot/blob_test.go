@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock/airlock/internal/blob/blobtest"
 	"github.com/airlock/airlock/internal/snapshot"
@@ -159,3 +160,60 @@ func TestValidManifestKey(t *testing.T) {
 		}
 	}
 }
+
+// GCBlobStore removes refused manifests and the artifacts nothing lists any
+// more, keeps shared artifacts and anything young, and leaves foreign
+// objects alone.
+func TestGCBlobStore(t *testing.T) {
+	for name, open := range blobtest.Backends {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			b := open(t)
+			s := open2first(t)
+			fs := randomFiles()
+			m1 := commit(t, s, sbID, fs, snapshot.Meta{Kind: snapshot.KindSuspend})
+			m2 := commit(t, s, sbID, files{"pages.img": fs["pages.img"], "own.img": []byte("own")}, snapshot.Meta{Kind: snapshot.KindSuspend})
+			for _, m := range []snapshot.Manifest{m1, m2} {
+				if _, err := s.Push(ctx, b, sbID, m.ID); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := b.Put(ctx, "other/thing", strings.NewReader("x"), 1); err != nil {
+				t.Fatal(err)
+			}
+			now := time.Now().Add(time.Hour) // everything is an hour old
+			keepOnly := func(id string) func(string, string) bool {
+				return func(sb, snap string) bool { return sb == sbID && snap == id }
+			}
+			// Young: nothing goes.
+			if st, err := snapshot.GCBlobStore(ctx, b, keepOnly(""), 2*time.Hour, now); err != nil || st != (snapshot.BlobGCStats{}) {
+				t.Fatalf("gc of young objects: %+v %v", st, err)
+			}
+			st, err := snapshot.GCBlobStore(ctx, b, keepOnly(m2.ID), time.Minute, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// m1 goes with its 3 own artifacts; pages.img is m2's too.
+			if st.Manifests != 1 || st.Blobs != len(fs)-1 {
+				t.Fatalf("gc keeping m2: %+v, want 1 manifest and %d blobs", st, len(fs)-1)
+			}
+			other, _ := open2(t)
+			if _, err := other.Pull(ctx, b, sbID, m2.ID); err != nil {
+				t.Fatalf("pull of the kept snapshot after gc: %v", err)
+			}
+			if ok, _ := snapshot.InBlobStore(ctx, b, sbID, m1.ID); ok {
+				t.Fatal("refused manifest still there")
+			}
+			st, err = snapshot.GCBlobStore(ctx, b, keepOnly(""), time.Minute, now)
+			if err != nil || st.Manifests != 1 || st.Blobs != 2 {
+				t.Fatalf("gc keeping nothing: %+v %v, want 1 manifest, 2 blobs", st, err)
+			}
+			left, err := b.List(ctx, "")
+			if err != nil || len(left) != 1 || left[0].Key != "other/thing" {
+				t.Fatalf("left after gc: %+v %v, want only other/thing", left, err)
+			}
+		})
+	}
+}
+
+func open2first(t *testing.T) *snapshot.Store { s, _ := open2(t); return s }

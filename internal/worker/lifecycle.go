@@ -139,12 +139,13 @@ func (w *Worker) suspend(ctx context.Context, sb *sandbox, snap runtime.Snapshot
 		w.log.Warn("release suspended runtime", "sandbox", sb.id, "attempt", i+1, "err", derr)
 		time.Sleep(time.Second)
 	}
-	w.log.InfoContext(ctx, "sandbox suspended", "sandbox", sb.id, "snapshot", m.ID, "bytes", m.Bytes, "release", time.Since(tr).Round(time.Millisecond), "took", time.Since(t0))
+	shared, pushReason := w.pushSuspend(ctx, sb.id, m)
+	w.log.InfoContext(ctx, "sandbox suspended", "sandbox", sb.id, "snapshot", m.ID, "bytes", m.Bytes, "shared", shared, "release", time.Since(tr).Round(time.Millisecond), "took", time.Since(t0))
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	sb.busy = false
-	sb.state, sb.reason = model.StateSuspended, ""
-	sb.snapshotID, sb.snapshotBytes = m.ID, m.Bytes
+	sb.state, sb.reason = model.StateSuspended, pushReason
+	sb.snapshotID, sb.snapshotBytes, sb.snapshotShared = m.ID, m.Bytes, shared
 	if derr != nil {
 		// The snapshot is complete; wake releases the leftovers first.
 		sb.reason = "runtime not fully released: " + derr.Error()
@@ -351,7 +352,7 @@ func (w *Worker) wake(ctx context.Context, sb *sandbox, s workerapi.SandboxSpec,
 	default:
 		w.log.InfoContext(ctx, "sandbox woken", "sandbox", sb.id, "snapshot", snapID, "took", time.Since(t0))
 		sb.state, sb.reason, sb.handle, sb.agent = model.StateRunning, "", h, ac
-		sb.snapshotID, sb.snapshotBytes = "", 0
+		sb.snapshotID, sb.snapshotBytes, sb.snapshotShared = "", 0, false
 	}
 	w.changed()
 	w.mu.Unlock()

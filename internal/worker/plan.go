@@ -59,6 +59,11 @@ type facts struct {
 	// stored lists the sandboxes of the snapshot store with their last
 	// change, when the orphan check is due (nil: not due).
 	stored map[string]time.Time
+	// canPull: the worker has a blob store to pull snapshots from
+	// (Config.Blobs) and can restore them; pullWait names the sandboxes
+	// whose last pull failed and is not to be retried yet.
+	canPull  bool
+	pullWait map[string]bool
 }
 
 // stepKind names one thing the executor does.
@@ -72,6 +77,7 @@ const (
 	stepFoundSuspended  stepKind = "found-suspended"  // record it suspended with its snapshot
 	stepReportGone      stepKind = "report-gone"      // record it deleted with reason (and drop its snapshots)
 	stepStart           stepKind = "start"            // record it starting and start it
+	stepPull            stepKind = "pull"             // record it suspended and pull its snapshot from the blob store
 
 	stepAssign        stepKind = "assign"         // record the assignment: spec, env, task result (rule 2)
 	stepTask          stepKind = "task"           // run the assignment's task
@@ -157,6 +163,11 @@ func (s step) String() string {
 //     created again;
 //     b. one with a committed snapshot here (needsSnapshotLookup) is
 //     suspended;
+//     b'. one the server has suspended or waking with a snapshot id
+//     that is not here, not desired deleted, on a worker with a blob
+//     store: its snapshot is pulled from there (it was moved here to
+//     wake, or this worker lost its copy); while a failed pull waits to
+//     be retried nothing is recorded;
 //     c. desired deleted: it is gone already and reported deleted, its
 //     snapshots removed;
 //     d. the server saw it running or paused: it was lost (the host
@@ -324,6 +335,14 @@ func discover(a workerapi.Assignment, f facts, unadopted map[string]string, add 
 	case found: // 1b. Delete, wake or leave suspended: the rules go on from here.
 		add(step{kind: stepFoundSuspended, id: id, snapshot: snap})
 		return &localState{id: id, state: model.StateSuspended}, true
+	case f.canPull && a.Sandbox.SnapshotID != "" && a.Desired != model.StateDeleted &&
+		(a.Sandbox.State == model.StateSuspended || a.Sandbox.State == model.StateWaking): // 1b'.
+		if f.pullWait[id] {
+			return nil, false
+		}
+		add(step{kind: stepPull, id: id, sandbox: a.Sandbox})
+		return &localState{id: id, state: model.StateSuspended, busy: true,
+			envDigest: model.EnvDigest(a.Sandbox.Env), source: sourceOf(a.Sandbox)}, false
 	case a.Desired == model.StateDeleted: // 1c. Maybe deleted before a restart: reporting deleted is idempotent.
 		add(step{kind: stepReportGone, id: id, dropSnapshots: true})
 		return &localState{id: id, state: model.StateDeleted}, true

@@ -42,6 +42,15 @@ func (w *Worker) planInput(as []workerapi.Assignment, now time.Time) ([]localSta
 		canSnapshot: snapshotter && w.cfg.Snapshots != nil,
 		unadopted:   w.unadopted,
 		found:       make(map[string]foundSnapshot),
+		canPull:     snapshotter && w.cfg.Snapshots != nil && w.cfg.Blobs != nil,
+		pullWait:    make(map[string]bool),
+	}
+	for id, at := range w.pullRetryAt {
+		if now.Before(at) {
+			f.pullWait[id] = true
+		} else {
+			delete(w.pullRetryAt, id)
+		}
 	}
 	w.synced = true
 	local := make([]localState, 0, len(w.sandboxes))
@@ -112,6 +121,8 @@ func (w *Worker) execute(ctx context.Context, steps []step) {
 				defer w.actions.Done()
 				tracing.End(span, w.start(actx, sb, s.sandbox))
 			}()
+		case stepPull:
+			w.startPull(ctx, s.sandbox)
 		case stepDropOrphanSnapshots:
 			w.log.Info("removing snapshots of a sandbox not assigned to this worker", "sandbox", s.id, "last_change", s.lastChange)
 			if err := w.cfg.Snapshots.DeleteSandbox(s.id); err != nil {

@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/airlock/airlock/internal/agentclient"
+	"github.com/airlock/airlock/internal/blob"
 	"github.com/airlock/airlock/internal/httperr"
 	"github.com/airlock/airlock/internal/httplimit"
 	"github.com/airlock/airlock/internal/image/build"
@@ -86,6 +87,10 @@ type Config struct {
 	Driver runtime.Driver
 	// Snapshots stores suspend snapshots; nil: the worker cannot suspend.
 	Snapshots *snapshot.Store
+	// Blobs is the shared blob store (nil: none): a suspend pushes its
+	// snapshot there before it is reported, and a suspended sandbox
+	// assigned here from another worker is pulled from it (blobs.go).
+	Blobs blob.Store
 	// Templates lists the templates present on this worker.
 	Templates func() ([]model.Template, error)
 	// RootFS maps a template digest to its root filesystem directory ("" if absent).
@@ -227,6 +232,8 @@ type sandbox struct {
 	// the sandbox is suspended.
 	snapshotID    string
 	snapshotBytes int64
+	// snapshotShared: that snapshot is in Config.Blobs too.
+	snapshotShared bool
 	// lastActivity is the last data-plane use (see touch).
 	lastActivity time.Time
 	// wakeCall is the wake request in flight to the server, shared by every
@@ -285,6 +292,9 @@ type Worker struct {
 	// orphanCheckAt is when reconcile looks for orphan snapshots again
 	// (plan's rule 6).
 	orphanCheckAt time.Time
+	// pullRetryAt delays another pull of a sandbox's snapshot from the
+	// blob store after one failed for a reason that may pass (blobs.go).
+	pullRetryAt map[string]time.Time
 	// imageBuilds are the template images being built (templates.go).
 	imageBuilds map[string]chan struct{} // closed when the build ends
 	// removingTemplates are the deleted templates being removed; once one
@@ -321,16 +331,17 @@ func New(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{
-		epoch:     model.NewID("epoch"),
-		cfg:       cfg,
-		log:       cfg.Logger,
-		http:      cfg.HTTPClient,
-		sandboxes: make(map[string]*sandbox),
-		unadopted: make(map[string]string),
-		kick:      make(chan struct{}, 1),
-		stateCh:   make(chan struct{}),
-		workerID:  cfg.ID,
-		net:       cfg.NetLog,
+		epoch:       model.NewID("epoch"),
+		cfg:         cfg,
+		log:         cfg.Logger,
+		http:        cfg.HTTPClient,
+		sandboxes:   make(map[string]*sandbox),
+		unadopted:   make(map[string]string),
+		pullRetryAt: make(map[string]time.Time),
+		kick:        make(chan struct{}, 1),
+		stateCh:     make(chan struct{}),
+		workerID:    cfg.ID,
+		net:         cfg.NetLog,
 	}
 	if w.net == nil {
 		w.net = NewNetLog()
@@ -737,7 +748,7 @@ func (w *Worker) observed() (workerapi.SyncRequest, []string) {
 		// line): bounded, so that no sandbox can make the Sync too large.
 		o := workerapi.Observed{SandboxID: id, State: st, Reason: workerapi.TruncateReason(sb.reason), LastActivity: sb.lastActivity}
 		if st == model.StateSuspended {
-			o.SnapshotID, o.SnapshotBytes = sb.snapshotID, sb.snapshotBytes
+			o.SnapshotID, o.SnapshotBytes, o.SnapshotShared = sb.snapshotID, sb.snapshotBytes, sb.snapshotShared
 		}
 		o.Task, o.StartedFrom = sb.taskResult, sb.startedFrom
 		if sb.action != nil && sb.reason == sb.actionReason {
@@ -987,6 +998,9 @@ func (w *Worker) register(ctx context.Context) error {
 			Templates:     w.templates(),
 			Secret:        w.loadSecret(),
 			RuntimeInfo:   w.runtimeInfo(ctx),
+		}
+		if w.cfg.Blobs != nil {
+			req.BlobStore = w.cfg.Blobs.String()
 		}
 		resp, err := w.api.Register(ctx, req)
 		if err == nil && resp.WorkerSecret != "" {

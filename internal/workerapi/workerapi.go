@@ -61,6 +61,10 @@ type RegisterRequest struct {
 	// RuntimeInfo declares what each of Runtimes can do; a worker that
 	// sends none (an older one) is taken to have model.LegacyRuntimeInfo.
 	RuntimeInfo []model.RuntimeInfo `json:"runtime_info,omitempty"`
+	// BlobStore is the shared blob store the worker pushes suspend
+	// snapshots to and pulls them from (its URL without credentials; ""
+	// none): model.Worker.BlobStore.
+	BlobStore string `json:"blob_store,omitempty"`
 }
 
 // Offered is the runtimes r registers, with their powers: RuntimeInfo,
@@ -112,6 +116,9 @@ type Observed struct {
 	// sandbox is suspended.
 	SnapshotID    string `json:"snapshot_id,omitempty"`
 	SnapshotBytes int64  `json:"snapshot_bytes,omitempty"`
+	// SnapshotShared: that snapshot is in the worker's blob store too
+	// (model.Sandbox.SnapshotShared).
+	SnapshotShared bool `json:"snapshot_shared,omitempty"`
 	// LastActivity is the last data-plane use (a command attached or running
 	// with a client attached, a file request); zero if none since start.
 	LastActivity time.Time `json:"last_activity,omitzero"`

@@ -50,7 +50,7 @@ func (c *conn) DeleteWorkerCredential(ctx context.Context, workerID string) erro
 
 // workerCols are the columns UpsertWorker writes; workerReadCols adds the
 // operator's marks, which only SetWorkerCordoned writes.
-const workerCols = `id, data_plane_url, internal_url, runtimes, templates, capacity_mib, capacity_vcpus, free_mib, last_heartbeat, created_at`
+const workerCols = `id, data_plane_url, internal_url, runtimes, templates, capacity_mib, capacity_vcpus, free_mib, last_heartbeat, created_at, blob_store`
 
 const workerReadCols = workerCols + `, cordoned`
 
@@ -73,14 +73,14 @@ func (c *conn) UpsertWorker(ctx context.Context, w model.Worker) error {
 		return c.errorf("upsert worker %s: %w", w.ID, err)
 	}
 	_, err = c.exec(ctx, `INSERT INTO workers (`+workerCols+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET
 			data_plane_url = excluded.data_plane_url, internal_url = excluded.internal_url,
 			runtimes = excluded.runtimes, templates = excluded.templates,
 			capacity_mib = excluded.capacity_mib, capacity_vcpus = excluded.capacity_vcpus, free_mib = excluded.free_mib,
-			last_heartbeat = excluded.last_heartbeat`,
+			last_heartbeat = excluded.last_heartbeat, blob_store = excluded.blob_store`,
 		w.ID, w.DataPlaneURL, w.InternalURL, rt, tpl, w.CapacityMiB, w.CapacityVCPUs, w.FreeMiB,
-		c.d.Time(w.LastHeartbeat), c.d.Time(w.CreatedAt))
+		c.d.Time(w.LastHeartbeat), c.d.Time(w.CreatedAt), w.BlobStore)
 	return c.classify("upsert worker "+w.ID, err)
 }
 
@@ -89,7 +89,7 @@ func scanWorker(sc scanner) (model.Worker, error) {
 	var rt, tpl string
 	var free sql.NullInt64
 	if err := sc.Scan(&w.ID, &w.DataPlaneURL, &w.InternalURL, &rt, &tpl, &w.CapacityMiB, &w.CapacityVCPUs, &free,
-		timeCol{&w.LastHeartbeat}, timeCol{&w.CreatedAt}, &w.Cordoned); err != nil {
+		timeCol{&w.LastHeartbeat}, timeCol{&w.CreatedAt}, &w.BlobStore, &w.Cordoned); err != nil {
 		return w, err
 	}
 	if free.Valid {

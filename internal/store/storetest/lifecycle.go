@@ -80,12 +80,13 @@ func testSandboxLifecycleFields(t *testing.T, s store.Store) {
 	got.State = model.StateSuspended
 	got.SnapshotID = "snap-1"
 	got.SnapshotBytes = 1 << 40
+	got.SnapshotShared = true
 	got.IdleSuspendS = 0
 	got.NoAutoWake = false
 	got.Pool = ""
 	upd, err := s.UpdateSandbox(ctx, got)
 	must(t, "update", err)
-	if upd.SnapshotID != "snap-1" || upd.SnapshotBytes != 1<<40 || upd.IdleSuspendS != 0 || upd.NoAutoWake || upd.Pool != "" {
+	if upd.SnapshotID != "snap-1" || upd.SnapshotBytes != 1<<40 || !upd.SnapshotShared || upd.IdleSuspendS != 0 || upd.NoAutoWake || upd.Pool != "" {
 		t.Errorf("update result = %+v, want snapshot snap-1/%d, idle 0, auto-wake, no pool", upd, int64(1<<40))
 	}
 	list, _, err := s.ListSandboxes(ctx, store.SandboxFilter{OrgID: "org-a"})
@@ -96,7 +97,7 @@ func testSandboxLifecycleFields(t *testing.T, s store.Store) {
 	sameSandbox(t, "list", list[0], upd)
 
 	bare := mkSandbox(t, s, newSandbox("org-a", "sb-2", at(time.Second)))
-	if bare.IdleSuspendS != 0 || bare.NoAutoWake || bare.SnapshotID != "" || bare.SnapshotBytes != 0 || bare.Pool != "" {
+	if bare.IdleSuspendS != 0 || bare.NoAutoWake || bare.SnapshotID != "" || bare.SnapshotBytes != 0 || bare.SnapshotShared || bare.Pool != "" {
 		t.Errorf("bare sandbox = %+v, want zero lifecycle fields", bare)
 	}
 }

@@ -1019,6 +1019,14 @@ func testWorkers(t *testing.T, s store.Store) {
 	if got.FreeMiB != nil {
 		t.Errorf("free memory never reported came back as %d", *got.FreeMiB)
 	}
+	if got.BlobStore != "" {
+		t.Errorf("blob store never reported came back as %q", got.BlobStore)
+	}
+	w2.BlobStore = "s3://bucket/prefix?endpoint=http://10.0.0.1:8333&region=r"
+	must(t, "upsert with a blob store", s.UpsertWorker(ctx, w2))
+	if got, err = s.GetWorker(ctx, "w-2"); err != nil || got.BlobStore != w2.BlobStore {
+		t.Errorf("blob store %q came back as %q (%v)", w2.BlobStore, got.BlobStore, err)
+	}
 	for _, n := range []int{0, 1536} {
 		w3 := w2
 		w3.FreeMiB = &n

@@ -1,0 +1,7 @@
+-- The shared blob store (issue "Scale-out"): a suspended sandbox whose
+-- snapshot is in it (snapshot_shared) may wake on another worker that uses
+-- the same store (workers.blob_store: its URL without credentials, '' for
+-- none).
+
+ALTER TABLE sandboxes ADD COLUMN snapshot_shared boolean NOT NULL DEFAULT false;
+ALTER TABLE workers ADD COLUMN blob_store text NOT NULL DEFAULT '';
