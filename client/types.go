@@ -92,6 +92,7 @@ const (
 	StateDeleting   = model.StateDeleting
 	StateDeleted    = model.StateDeleted
 	StateFailed     = model.StateFailed
+	StateLost       = model.StateLost
 )
 
 // Operation kinds and states.

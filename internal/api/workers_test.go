@@ -19,7 +19,7 @@ func TestWorkersListAndCordon(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.markRunning(sb.ID, "http://127.0.0.1:1")
-	stale := time.Now().UTC().Add(-time.Hour)
+	stale := time.Now().UTC().Add(-time.Minute) // stale, not yet lost (5 min)
 	if err := e.st.UpsertWorker(e.ctx, model.Worker{ID: "w2", Runtimes: model.NamedRuntimes("gvisor"), CapacityMiB: 1024, CapacityVCPUs: 1, LastHeartbeat: stale, CreatedAt: stale}); err != nil {
 		t.Fatal(err)
 	}

@@ -59,7 +59,7 @@ var opWaitCmd = &command{
 // in flight.
 func Settled(s model.SandboxState) bool {
 	switch s {
-	case model.StateRunning, model.StatePaused, model.StateSuspended, model.StateDeleted, model.StateFailed:
+	case model.StateRunning, model.StatePaused, model.StateSuspended, model.StateDeleted, model.StateFailed, model.StateLost:
 		return true
 	}
 	return false
@@ -82,12 +82,12 @@ func waitSandboxSettled(ctx context.Context, c *client.Client, id string, every 
 		// leaves the state running until the controller acts; a checkpoint
 		// or rollback (a Task) leaves it running or paused throughout.
 		if Settled(sb.State) && (sb.State.Terminal() || (sb.DesiredState == "" || sb.DesiredState == sb.State) && sb.Task == nil) {
-			if sb.State == model.StateFailed {
+			if sb.State.Broken() {
 				reason := sb.Reason
 				if reason == "" {
 					reason = "no reason given"
 				}
-				return sb, fmt.Errorf("sandbox %s failed: %s", id, reason)
+				return sb, fmt.Errorf("sandbox %s %s: %s", id, sb.State, reason)
 			}
 			return sb, nil
 		}

@@ -51,3 +51,18 @@ func (c *Controller) collectBlobs(ctx context.Context) (snapshot.BlobGCStats, er
 
 // SetBlobStore sets Config.Blobs; call it before Run.
 func (c *Controller) SetBlobStore(b blob.Store) { c.cfg.Blobs = b }
+
+// SetWorkerLoss sets Config.WorkerLossGrace (0: keep) and
+// Config.OnWorkerLoss; call it before Run. An unknown policy is an error.
+func (c *Controller) SetWorkerLoss(grace time.Duration, policy string) error {
+	switch policy {
+	case OnLossMark, OnLossRestore:
+	default:
+		return model.Errorf(model.ErrInvalid, "--on-worker-loss %q: want %s or %s", policy, OnLossRestore, OnLossMark)
+	}
+	if grace > 0 {
+		c.cfg.WorkerLossGrace = grace
+	}
+	c.cfg.OnWorkerLoss = policy
+	return nil
+}

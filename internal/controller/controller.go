@@ -66,6 +66,14 @@ type Config struct {
 	// HeartbeatTTL is how old a worker's last heartbeat may be for it to
 	// take new sandboxes (0: DefaultHeartbeatTTL).
 	HeartbeatTTL time.Duration
+	// WorkerLossGrace is how long a worker may go without a heartbeat
+	// before it is lost, and its sandboxes with it (0:
+	// DefaultWorkerLossGrace; reconcile rule 8).
+	WorkerLossGrace time.Duration
+	// OnWorkerLoss is what becomes of a lost worker's sandboxes that have
+	// a snapshot in the blob store: OnLossMark (""), lost like the rest;
+	// OnLossRestore, restored from that snapshot on another worker.
+	OnWorkerLoss string
 	// Placer places pending sandboxes (nil: scheduler.Default with
 	// HeartbeatTTL). The service's imports place through the same one
 	// (Controller.Placer).
@@ -156,6 +164,12 @@ func New(cfg Config) *Controller {
 	if cfg.HeartbeatTTL <= 0 {
 		cfg.HeartbeatTTL = DefaultHeartbeatTTL
 	}
+	if cfg.WorkerLossGrace <= 0 {
+		cfg.WorkerLossGrace = DefaultWorkerLossGrace
+	}
+	if cfg.OnWorkerLoss == "" {
+		cfg.OnWorkerLoss = OnLossMark
+	}
 	if cfg.Resync <= 0 {
 		cfg.Resync = DefaultResync
 	}
@@ -192,6 +206,18 @@ func (c *Controller) OperationDeadline() time.Duration { return c.cfg.OperationD
 
 // HeartbeatTTL is the configured heartbeat freshness window.
 func (c *Controller) HeartbeatTTL() time.Duration { return c.cfg.HeartbeatTTL }
+
+// WorkerLossGrace returns the configured (or default) Config.WorkerLossGrace.
+func (c *Controller) WorkerLossGrace() time.Duration { return c.cfg.WorkerLossGrace }
+
+// DefaultWorkerLossGrace is Config.WorkerLossGrace's default.
+const DefaultWorkerLossGrace = scheduler.DefaultWorkerLossGrace
+
+// Values of Config.OnWorkerLoss (airlock server --on-worker-loss).
+const (
+	OnLossMark    = "mark"
+	OnLossRestore = "restore"
+)
 
 // Placer is the placement the controller uses (Config.Placer), for other
 // callers that place a sandbox (the service's import).

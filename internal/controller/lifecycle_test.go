@@ -909,3 +909,114 @@ func TestWakeMovesThroughTheBlobStore(t *testing.T) {
 	e.wantSandbox("sb1", model.StateRunning, "w2", "")
 	e.wantOp(wake.ID, model.OpSucceeded, "")
 }
+
+// suspendedOn brings running sandbox id on w to suspended, its snapshot
+// shared or not.
+func (e *env) suspendedOn(w *fakeWorker, id, snap string, shared bool) {
+	e.t.Helper()
+	e.mustLifecycle(model.OpSuspend, id)
+	e.reconcile()
+	w.sync(-1, 0, workerapi.Observed{SandboxID: id, State: model.StateSuspended, SnapshotID: snap, SnapshotBytes: 1, SnapshotShared: shared})
+	e.wantSandbox(id, model.StateSuspended, w.id, "")
+}
+
+// TestWorkerLoss: a worker silent for longer than the loss grace takes its
+// sandboxes with it, each marked lost with the reason (never dropped),
+// except one suspended with its snapshot in the blob store, which wakes
+// elsewhere; a deleting one is deleted; a lost one deletes at once, is no
+// longer assigned to the worker should it come back, and shows as lost in
+// the workers list.
+func TestWorkerLoss(t *testing.T) {
+	e := newEnv(t)
+	w1, w2 := e.worker("w1"), e.worker("w2")
+	w1.blob, w2.blob = "file:///shared", "file:///shared"
+	w1.register(baseTemplate)
+	for _, id := range []string{"run", "shared", "local", "del"} {
+		e.runningSandbox(w1, id)
+	}
+	e.suspendedOn(w1, "shared", "snap-s", true)
+	e.suspendedOn(w1, "local", "snap-l", false)
+	runOp := e.mustLifecycle(model.OpPause, "run") // left open: the loss fails it
+	e.reconcile()
+	if _, err := e.service().DeleteSandbox(e.ctx, testPrincipal, "del"); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile()
+	e.wantSandbox("del", model.StateDeleting, "w1", "")
+	w2.register(baseTemplate)
+
+	// Silent, but within the grace: nothing is lost.
+	e.clock.Advance(e.c.WorkerLossGrace() / 2)
+	w2.sync(-1, 0)
+	e.reconcile()
+	e.wantSandbox("run", model.StateRunning, "w1", "worker w1 is unreachable")
+
+	e.clock.Advance(e.c.WorkerLossGrace())
+	w2.sync(-1, 0)
+	e.reconcile()
+	e.wantSandbox("run", model.StateLost, "w1", "worker w1 was lost")
+	e.wantOp(runOp.ID, model.OpFailed, "worker w1 was lost")
+	e.wantSandbox("local", model.StateLost, "w1", "the sandbox was suspended there")
+	e.wantSandbox("shared", model.StateSuspended, "w1", "")
+	e.wantSandbox("del", model.StateDeleted, "w1", "")
+	e.wantConflict(model.OpWake, "run", "was lost with its worker")
+	ws, err := e.service().ListWorkers(e.ctx, service.Principal{OrgID: service.DefaultOrgID, Admin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range ws {
+		if want := map[string]string{"w1": service.WorkerLost, "w2": service.WorkerReady}[w.Worker.ID]; w.State != want {
+			t.Errorf("worker %s: state %s, want %s", w.Worker.ID, w.State, want)
+		}
+	}
+
+	// The shared one wakes on w2.
+	e.mustLifecycle(model.OpWake, "shared")
+	e.reconcile()
+	e.wantSandbox("shared", model.StateWaking, "w2", "")
+
+	// A lost sandbox is deleted at once; w1, back, has nothing assigned.
+	op, err := e.service().DeleteSandbox(e.ctx, testPrincipal, "run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile()
+	e.wantSandbox("run", model.StateDeleted, "w1", "")
+	e.wantOp(op.ID, model.OpSucceeded, "")
+	wantAssignments(t, w1.sync(-1, 0), map[string]model.SandboxState{})
+}
+
+// TestWorkerLossRestores: with OnWorkerLoss restore, a running sandbox
+// whose last snapshot is in the blob store is restored from it on another
+// worker when its worker is lost; one without is lost.
+func TestWorkerLossRestores(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.OnWorkerLoss = OnLossRestore })
+	w1, w2 := e.worker("w1"), e.worker("w2")
+	w1.blob, w2.blob = "file:///shared", "file:///shared"
+	w1.register(baseTemplate)
+	e.runningSandbox(w1, "sb1")
+	e.runningSandbox(w1, "fresh")
+	e.suspendedOn(w1, "sb1", "snap-1", true)
+	e.mustLifecycle(model.OpWake, "sb1")
+	e.reconcile()
+	w1.sync(-1, 0, workerapi.Observed{SandboxID: "sb1", State: model.StateRunning})
+	if sb := e.wantSandbox("sb1", model.StateRunning, "w1", ""); !sb.SnapshotShared || sb.SnapshotID != "snap-1" {
+		t.Fatalf("woken sandbox %+v: its last snapshot is not kept for a restore", sb)
+	}
+	w2.register(baseTemplate)
+	e.clock.Advance(2 * e.c.WorkerLossGrace())
+	w2.sync(-1, 0)
+	e.reconcile()
+	e.wantSandbox("fresh", model.StateLost, "w1", "worker w1 was lost")
+	sb := e.sandbox("sb1")
+	if sb.State == model.StateSuspended {
+		e.reconcile()
+		sb = e.sandbox("sb1")
+	}
+	e.wantSandbox("sb1", model.StateWaking, "w2", "")
+	resp := w2.sync(-1, 0)
+	wantAssignments(t, resp, map[string]model.SandboxState{"sb1": model.StateRunning})
+	if got := resp.Assignments[0].Sandbox.SnapshotID; got != "snap-1" {
+		t.Fatalf("restore assigned with snapshot %q, want snap-1", got)
+	}
+}

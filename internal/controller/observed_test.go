@@ -55,7 +55,7 @@ func TestDecideObservedActionResults(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			c.o.SandboxID = "sb1"
-			a := decideObserved(c.sb, []model.Operation{c.op}, "w1", c.o, now)
+			a := decideObserved(c.sb, []model.Operation{c.op}, "w1", c.o, now, false)
 			if c.wantState == "" {
 				if !a.empty() {
 					t.Fatalf("want no transition, got %s (sandbox %+v)", a.why, a.sb)

@@ -36,7 +36,7 @@ func (c *Controller) reconcilePools(ctx context.Context, sbs []model.Sandbox) er
 		}
 		p, ok := byDigest[sb.Pool]
 		switch {
-		case !ok || sb.State == model.StateFailed || sb.Resources != p.Resources:
+		case !ok || sb.State.Broken() || sb.Resources != p.Resources:
 			drop = append(drop, sb)
 		default:
 			live[sb.Pool] = append(live[sb.Pool], sb)

@@ -262,7 +262,9 @@ func priorState(ops []model.Operation) model.SandboxState {
 //     that the assignment now drives → running;
 //  7b. waking, its snapshot in the blob store, on a worker silent for
 //     wakeMoveFactor × HeartbeatTTL → suspended again, to wake elsewhere;
-//  8. placed on a worker that has been silent for staleFactor × HeartbeatTTL
+//  8. placed on a worker silent for longer than WorkerLossGrace: lost, or
+//     restored elsewhere (decideLoss);
+//  9. placed on a worker that has been silent for staleFactor × HeartbeatTTL
 //     → a note in Reason (the sandbox stays: the worker may come back).
 //
 // Deadlines of pause, resume and suspend do not fail the sandbox: the
@@ -287,7 +289,9 @@ func (c *Controller) decide(r *round, sb model.Sandbox, open []model.Operation, 
 	// 2. Deletion.
 	if deleting && (sb.State != model.StateDeleting || sb.WorkerID == "") {
 		nsb := sb
-		if sb.WorkerID == "" || sb.State == model.StatePending {
+		if sb.WorkerID == "" || sb.State == model.StatePending || sb.State == model.StateLost {
+			// No worker holds anything of it (a lost one's worker is gone;
+			// should it come back, the sandbox is no longer assigned to it).
 			nsb.State = model.StateDeleted
 			a := action{sb: &nsb, why: "delete unplaced sandbox"}
 			if op, ok := firstOp(open, func(op model.Operation) bool { return target(op) == model.StateDeleted }); ok {
@@ -325,7 +329,7 @@ func (c *Controller) decide(r *round, sb model.Sandbox, open []model.Operation, 
 			}
 			return a
 		}
-		if !deleting && sb.State != model.StateFailed && revertible(op.Kind) {
+		if !deleting && !sb.State.Broken() && revertible(op.Kind) {
 			back := sb.State
 			if back != model.StateRunning && back != model.StatePaused {
 				back = prior
@@ -341,7 +345,7 @@ func (c *Controller) decide(r *round, sb model.Sandbox, open []model.Operation, 
 			}
 			return a
 		}
-		if !deleting && sb.State != model.StateFailed {
+		if !deleting && !sb.State.Broken() {
 			nsb := sb
 			nsb.State = model.StateFailed
 			nsb.Reason = reason
@@ -355,11 +359,11 @@ func (c *Controller) decide(r *round, sb model.Sandbox, open []model.Operation, 
 		switch {
 		case sb.State == target(op) && !model.TaskKind(op.Kind):
 			return action{op: finish(op, model.OpSucceeded, "", now), why: "operation completed"}
-		case model.TaskKind(op.Kind) && (sb.Task == nil || sb.Task.OperationID != op.ID) && !deleting && sb.State != model.StateFailed:
+		case model.TaskKind(op.Kind) && (sb.Task == nil || sb.Task.OperationID != op.ID) && !deleting && !sb.State.Broken():
 			// Its task is gone without an outcome (it cannot be, but an
 			// operation must never hang).
 			return action{op: finish(op, model.OpFailed, "the sandbox no longer has this task", now), why: "task lost"}
-		case sb.State == model.StateFailed && !deleting:
+		case sb.State.Broken() && !deleting:
 			return action{op: finish(op, model.OpFailed, failReason(sb), now), why: "sandbox failed"}
 		case deleting && target(op) != model.StateDeleted:
 			return action{op: finish(op, model.OpCancelled, "superseded by delete", now), why: "superseded by delete"}
@@ -460,7 +464,16 @@ func (c *Controller) decide(r *round, sb model.Sandbox, open []model.Operation, 
 		}
 	}
 
-	// 8. Silent worker.
+	// 8. Lost worker.
+	if sb.WorkerID != "" && !sb.State.Terminal() && sb.State != model.StatePending {
+		if w, known := r.byID[sb.WorkerID]; known && scheduler.Lost(w, now, c.cfg.WorkerLossGrace) {
+			if a, ok := c.decideLoss(sb, open, w, now); ok {
+				return a
+			}
+		}
+	}
+
+	// 9. Silent worker.
 	if sb.WorkerID != "" && !sb.State.Terminal() && sb.State != model.StatePending {
 		w, known := r.byID[sb.WorkerID]
 		prefix := stalePrefix(sb.WorkerID)
@@ -516,6 +529,48 @@ func (c *Controller) wakeOn(r *round, sb model.Sandbox) (string, error) {
 		return "", model.Errorf(model.ErrUnavailable, "waiting to wake: its worker cannot take it (%v) and no other worker on blob store %s can (%v)", homeErr, home.BlobStore, err)
 	}
 	return wid, nil
+}
+
+// decideLoss is rule 8: what sb, on worker w that has been silent for
+// longer than WorkerLossGrace, becomes. ok false: nothing (a suspended
+// sandbox whose snapshot is in the blob store stays suspended: it wakes
+// on another worker).
+//   - deleting: deleted (nothing is left to remove where it was);
+//   - its last snapshot in the blob store and OnWorkerLoss restore:
+//     suspended from that snapshot, desired running, so that rule 7 wakes
+//     it on another worker (what changed since the snapshot is gone, and
+//     the reason says so);
+//   - otherwise: lost, with the reason; its open operation fails.
+func (c *Controller) decideLoss(sb model.Sandbox, open []model.Operation, w model.Worker, now time.Time) (action, bool) {
+	since := w.LastHeartbeat.UTC().Format(time.RFC3339)
+	nsb := sb
+	var a action
+	switch {
+	case sb.State == model.StateDeleting:
+		nsb.State = model.StateDeleted
+		a = action{sb: &nsb, why: "worker lost: deleted"}
+		if op, ok := firstOp(open, func(op model.Operation) bool { return target(op) == model.StateDeleted }); ok {
+			a.op = finish(op, model.OpSucceeded, "", now)
+		}
+		return a, true
+	case sb.State == model.StateSuspended && sb.SnapshotShared:
+		return action{}, false
+	case c.cfg.OnWorkerLoss == OnLossRestore && sb.SnapshotShared && sb.SnapshotID != "":
+		nsb.State = model.StateSuspended
+		nsb.DesiredState = model.StateRunning
+		nsb.Task = nil
+		nsb.LastActivityAt = now
+		nsb.Reason = fmt.Sprintf("worker %s was lost (no heartbeat since %s); restored from its last snapshot %s in the blob store: what changed after it is gone", w.ID, since, sb.SnapshotID)
+		a = action{sb: &nsb, why: "worker lost: restore"}
+	default:
+		nsb.State = model.StateLost
+		nsb.Reason = fmt.Sprintf("worker %s was lost (no heartbeat since %s, more than %s); the sandbox was %s there", w.ID, since, formatDuration(c.cfg.WorkerLossGrace), sb.State)
+		a = action{sb: &nsb, why: "worker lost"}
+	}
+	if len(open) > 0 {
+		a.op = finish(open[0], model.OpFailed, nsb.Reason, now)
+	}
+	return a, true
 }
 
 func stalePrefix(workerID string) string { return "worker " + workerID + " is unreachable: " }

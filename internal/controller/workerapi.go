@@ -439,7 +439,7 @@ func (c *Controller) observe(ctx context.Context, wid string, o workerapi.Observ
 				c.log.Warn("controller: record activity", "sandbox", sb.ID, "err", err)
 			}
 		}
-		a := decideObserved(sb, open, wid, o, c.now())
+		a := decideObserved(sb, open, wid, o, c.now(), c.cfg.OnWorkerLoss == OnLossRestore)
 		if a.empty() {
 			return false, nil
 		}
@@ -454,8 +454,10 @@ func (c *Controller) observe(ctx context.Context, wid string, o workerapi.Observ
 }
 
 // decideObserved returns the transition that observation o by worker wid
-// causes on sb (assigned to wid), or an empty action.
-func decideObserved(sb model.Sandbox, open []model.Operation, wid string, o workerapi.Observed, now time.Time) action {
+// causes on sb (assigned to wid), or an empty action. keepSnapshot: a woken
+// sandbox keeps its snapshot in the blob store as the one it is restored
+// from should its worker be lost (OnWorkerLoss restore).
+func decideObserved(sb model.Sandbox, open []model.Operation, wid string, o workerapi.Observed, now time.Time, keepSnapshot bool) action {
 	nsb := sb
 	withOp := func(a action, match func(model.Operation) bool, s model.OperationState, reason string) action {
 		a.sb = &nsb
@@ -488,7 +490,9 @@ func decideObserved(sb model.Sandbox, open []model.Operation, wid string, o work
 		nsb.State = model.StateRunning
 		nsb.Reason = ""
 		nsb.LastActivityAt = now
-		nsb.SnapshotShared = false // the snapshot it woke from is gone
+		if !keepSnapshot {
+			nsb.SnapshotShared = false // the snapshot it woke from may go
+		}
 		return withOp(action{why: "worker reports running after " + string(sb.State)}, reaches(model.StateRunning), model.OpSucceeded, "")
 
 	case o.State == model.StateSuspended && sb.State == model.StateSuspending:
@@ -635,7 +639,9 @@ func (c *Controller) assignments(ctx context.Context, id string) (workerapi.Sync
 	for _, sb := range sbs {
 		var desired model.SandboxState
 		switch sb.State {
-		case model.StateDeleted, model.StatePending:
+		case model.StateDeleted, model.StatePending, model.StateLost:
+			// Lost: should its worker come back, it drops what it has left
+			// of the sandbox (not assigned), before anything else of it runs.
 			continue
 		case model.StateDeleting, model.StateFailed:
 			desired = model.StateDeleted

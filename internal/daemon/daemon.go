@@ -289,6 +289,8 @@ func serverCmd(ctx context.Context, args []string) error {
 	fs.Var(&warm, "warm", warmUsage+"; a template no worker has yet is retried")
 	quotas := addQuotaFlags(fs)
 	blobURL := addBlobStoreFlag(fs)
+	lossGrace := fs.Duration("worker-loss-grace", controller.DefaultWorkerLossGrace, "how long a worker may go without a heartbeat before it is lost, with its sandboxes")
+	onLoss := fs.String("on-worker-loss", controller.OnLossMark, "what becomes of a lost worker's sandboxes whose last snapshot is in the blob store: mark (lost, like the rest) or restore (restored from that snapshot on another worker, losing what changed after it)")
 	tlsf := addTLSFlags(fs, "the API and the worker API")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -322,11 +324,18 @@ func serverCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	defer st.Close()
-	srv, err := newServer(ctx, st, *workerToken, *deadline, log, now, tp.TracerProvider(), controllerInstance(*listen), quotas.apply)
+	if *lossGrace <= 0 {
+		return errors.New("--worker-loss-grace must be positive")
+	}
+	srv, err := newServer(ctx, st, *workerToken, *deadline, log, now, tp.TracerProvider(), controllerInstance(*listen), quotas.apply,
+		func(c *service.Config) { c.WorkerLossGrace = *lossGrace })
 	if err == nil {
 		srv.e2b.SetDomain(*e2bDomain)
 	}
 	if err != nil {
+		return err
+	}
+	if err := srv.ctrl.SetWorkerLoss(*lossGrace, *onLoss); err != nil {
 		return err
 	}
 	if *blobURL != "" {

@@ -383,8 +383,8 @@ func (s *server) visible(ctx context.Context, p service.Principal, id string) (m
 	}
 	if e2bState(sb) == "" {
 		why := "it was killed"
-		if sb.State == model.StateFailed {
-			why = "it failed: " + sb.Reason
+		if sb.State.Broken() {
+			why = "it " + string(sb.State) + ": " + sb.Reason
 		}
 		return model.Sandbox{}, model.Errorf(model.ErrNotFound, "sandbox %s not found (%s)", id, why)
 	}

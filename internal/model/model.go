@@ -80,20 +80,25 @@ const (
 	StateDeleting   SandboxState = "deleting"   // the worker is tearing it down
 	StateDeleted    SandboxState = "deleted"    // gone; kept as a tombstone
 	StateFailed     SandboxState = "failed"     // see Reason; can only be deleted
+	StateLost       SandboxState = "lost"       // its worker was lost (see Reason); can only be deleted
 )
 
 // SandboxStates lists every state, in lifecycle order.
 var SandboxStates = []SandboxState{StatePending, StateStarting, StateRunning, StatePaused, StateSuspending,
-	StateSuspended, StateWaking, StateDeleting, StateDeleted, StateFailed}
+	StateSuspended, StateWaking, StateDeleting, StateDeleted, StateFailed, StateLost}
 
 // Terminal reports whether no further transition except deletion can happen.
-func (s SandboxState) Terminal() bool { return s == StateDeleted || s == StateFailed }
+func (s SandboxState) Terminal() bool { return s == StateDeleted || s == StateFailed || s == StateLost }
+
+// Broken reports a sandbox that ended without being deleted: failed, or
+// lost with its worker. It can only be deleted.
+func (s SandboxState) Broken() bool { return s == StateFailed || s == StateLost }
 
 // Valid reports whether s is a known state.
 func (s SandboxState) Valid() bool {
 	switch s {
 	case StatePending, StateStarting, StateRunning, StatePaused, StateSuspending,
-		StateSuspended, StateWaking, StateDeleting, StateDeleted, StateFailed:
+		StateSuspended, StateWaking, StateDeleting, StateDeleted, StateFailed, StateLost:
 		return true
 	}
 	return false

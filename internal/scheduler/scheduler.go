@@ -28,6 +28,18 @@ import (
 // a long-polling worker's heartbeat every third of it).
 const DefaultHeartbeatTTL = 15 * time.Second
 
+// DefaultWorkerLossGrace is how long a worker may go without a heartbeat
+// before the server counts it lost, with its sandboxes (controller
+// Config.WorkerLossGrace, service Config.WorkerLossGrace): long enough for
+// a worker's host to reboot (its sandboxes' snapshots are on its disk),
+// short enough that users learn of a dead host within minutes.
+const DefaultWorkerLossGrace = 5 * time.Minute
+
+// Lost reports whether w has gone without a heartbeat for longer than grace.
+func Lost(w model.Worker, now time.Time, grace time.Duration) bool {
+	return !w.LastHeartbeat.IsZero() && now.Sub(w.LastHeartbeat) > grace
+}
+
 // Cluster is what a placement sees: the candidate workers, what their
 // sandboxes already reserve (LoadOf) and the time.
 type Cluster struct {

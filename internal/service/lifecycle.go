@@ -282,12 +282,16 @@ func checkLifecycle(sb model.Sandbox, ops []model.Operation, req LifecycleReques
 		return model.Operation{}, false, model.Errorf(model.ErrNotFound, "sandbox %s not found", id)
 	case sb.DesiredState == model.StateDeleted || sb.State == model.StateDeleting:
 		return model.Operation{}, false, model.Errorf(model.ErrConflict, "sandbox %s is being deleted", id)
-	case sb.State == model.StateFailed:
+	case sb.State.Broken():
 		why := ""
 		if sb.Reason != "" {
 			why = " (" + sb.Reason + ")"
 		}
-		return model.Operation{}, false, model.Errorf(model.ErrConflict, "sandbox %s has failed%s; it can only be deleted", id, why)
+		what := "has failed"
+		if sb.State == model.StateLost {
+			what = "was lost with its worker"
+		}
+		return model.Operation{}, false, model.Errorf(model.ErrConflict, "sandbox %s %s%s; it can only be deleted", id, what, why)
 	}
 	for _, op := range open {
 		if !slices.Contains(lifecycleKinds, op.Kind) {

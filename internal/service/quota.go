@@ -67,7 +67,7 @@ func fullResources(res model.Resources) model.Resources {
 // memory quotas: it is placed or waiting to be, and not on its way out.
 func holdsCapacity(sb model.Sandbox) bool {
 	switch sb.State {
-	case model.StateSuspended, model.StateFailed, model.StateDeleting, model.StateDeleted:
+	case model.StateSuspended, model.StateFailed, model.StateLost, model.StateDeleting, model.StateDeleted:
 		return false
 	}
 	return sb.DesiredState != model.StateDeleted

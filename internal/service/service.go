@@ -51,6 +51,9 @@ type Config struct {
 
 	// Kick wakes the controllers after a desired-state change (nil: no-op).
 	Kick func()
+	// WorkerLossGrace is when a silent worker shows as lost (0:
+	// scheduler.DefaultWorkerLossGrace; the server sets the controller's).
+	WorkerLossGrace time.Duration
 	// SigningKey returns the data-plane HMAC key (nil: StoreSigningKey(Store)).
 	SigningKey func(ctx context.Context) ([]byte, error)
 	// Ready reports whether the system can run sandboxes (nil:
@@ -115,6 +118,9 @@ type Service struct {
 
 // New returns the Service cfg describes.
 func New(cfg Config) *Service {
+	if cfg.WorkerLossGrace <= 0 {
+		cfg.WorkerLossGrace = scheduler.DefaultWorkerLossGrace
+	}
 	return &Service{cfg: cfg, st: cfg.Store, ev: cfg.Events}
 }
 

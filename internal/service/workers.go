@@ -16,12 +16,13 @@ const (
 	WorkerReady    = "ready"    // fresh heartbeat, takes new sandboxes
 	WorkerCordoned = "cordoned" // fresh heartbeat, takes no new sandboxes
 	WorkerStale    = "stale"    // no heartbeat within scheduler.DefaultHeartbeatTTL
+	WorkerLost     = "lost"     // none within Config.WorkerLossGrace: its sandboxes are lost (or restored elsewhere)
 )
 
 // WorkerStatus is a registered worker with what it holds.
 type WorkerStatus struct {
 	Worker model.Worker
-	// State is WorkerReady, WorkerCordoned or WorkerStale.
+	// State is WorkerReady, WorkerCordoned, WorkerStale or WorkerLost.
 	State string
 	// Sandboxes counts the sandboxes assigned to the worker (not deleted),
 	// by state.
@@ -60,6 +61,8 @@ func (s *Service) ListWorkers(ctx context.Context, p Principal) ([]WorkerStatus,
 	for _, w := range workers {
 		st := WorkerReady
 		switch {
+		case scheduler.Lost(w, now, s.cfg.WorkerLossGrace):
+			st = WorkerLost
 		case !scheduler.Fresh(w, now, scheduler.DefaultHeartbeatTTL):
 			st = WorkerStale
 		case w.Cordoned:

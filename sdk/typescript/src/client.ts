@@ -32,7 +32,7 @@ export interface Checkpoint {
 }
 
 /** `pending`, `starting`, `running`, `paused`, `suspending`, `suspended`, `waking`, `deleting`, `deleted` or `failed`. */
-export type SandboxState = 'pending' | 'starting' | 'running' | 'paused' | 'suspending' | 'suspended' | 'waking' | 'deleting' | 'deleted' | 'failed';
+export type SandboxState = 'pending' | 'starting' | 'running' | 'paused' | 'suspending' | 'suspended' | 'waking' | 'deleting' | 'deleted' | 'failed' | 'lost';
 
 /** The sandbox record of the API (`GET /v1/sandboxes/{id}`). */
 export interface SandboxInfo {
@@ -57,6 +57,7 @@ export interface SandboxInfo {
   no_auto_wake?: boolean;
   snapshot_id?: string;
   snapshot_bytes?: number;
+  snapshot_shared?: boolean;
   checkpoints?: Checkpoint[];
   /** The key to the sandbox's ports (absent for `publicTraffic` sandboxes). */
   traffic_token?: string;
