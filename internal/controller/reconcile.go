@@ -260,7 +260,7 @@ func priorState(ops []model.Operation) model.SandboxState {
 //     snapshot in the blob store, another (wakeOn), or a Reason saying why
 //     it cannot wake yet; an open lifecycle operation
 //     that the assignment now drives → running;
-//  7b. waking, its snapshot in the blob store, on a worker silent for
+//     7b. waking, its snapshot in the blob store, on a worker silent for
 //     wakeMoveFactor × HeartbeatTTL → suspended again, to wake elsewhere;
 //  8. placed on a worker silent for longer than WorkerLossGrace: lost, or
 //     restored elsewhere (decideLoss);
