@@ -515,6 +515,15 @@ func (c *Client) CordonWorker(ctx context.Context, id string, cordoned bool) (Wo
 	return out, err
 }
 
+// DrainWorker cordons a worker and moves its running sandboxes to others
+// through the blob store (operators); the drain is over when the worker
+// runs nothing (GetWorker).
+func (c *Client) DrainWorker(ctx context.Context, id string) (Worker, error) {
+	var out Worker
+	err := c.do(ctx, http.MethodPost, "/v1/workers/"+url.PathEscape(id)+"/drain", nil, nil, &out)
+	return out, err
+}
+
 // ListPools returns every warm pool with its member counts (operators).
 func (c *Client) ListPools(ctx context.Context) ([]Pool, error) {
 	var out apitypes.PoolList

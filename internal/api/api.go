@@ -117,6 +117,7 @@ var routes = []route{
 	{"GET", "/v1/workers/{id}", true, (*server).getWorker},
 	{"POST", "/v1/workers/{id}/cordon", true, (*server).cordonWorker},
 	{"POST", "/v1/workers/{id}/uncordon", true, (*server).uncordonWorker},
+	{"POST", "/v1/workers/{id}/drain", true, (*server).drainWorker},
 	{"GET", "/v1/sandboxes/{id}/network", true, (*server).getSandboxNetwork},
 	{"PUT", "/v1/sandboxes/{id}/network", true, (*server).setSandboxNetwork},
 	{"GET", "/v1/sandboxes/{id}/network/log", true, (*server).networkLog},

@@ -50,3 +50,13 @@ func (s *server) setCordon(w http.ResponseWriter, r *http.Request, p service.Pri
 	}
 	return writeJSON(w, http.StatusOK, workerOut(x))
 }
+
+// drainWorker serves POST /v1/workers/{id}/drain (operators): 200 {worker};
+// 409 when the worker uses no blob store.
+func (s *server) drainWorker(w http.ResponseWriter, r *http.Request, p service.Principal) error {
+	x, err := s.svc.DrainWorker(r.Context(), p, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, workerOut(x))
+}

@@ -102,7 +102,7 @@ var commands = []*command{
 	templateListCmd, templateGetCmd, templateRemoveCmd, templateImportCmd, templatePullCmd, templateBuildCmd, e2bEnvCmd,
 	orgCreateCmd, orgGetCmd, orgSetCmd, keyCreateCmd, keyListCmd, keyRemoveCmd,
 	poolSetCmd, poolListCmd, poolRemoveCmd,
-	workerListCmd, workerGetCmd, workerCordonCmd, workerUncordonCmd,
+	workerListCmd, workerGetCmd, workerCordonCmd, workerUncordonCmd, workerDrainCmd,
 	sandboxNetworkCmd,
 	networkProfileSetCmd, networkProfileListCmd, networkProfileRemoveCmd,
 	secretSetCmd, secretListCmd, secretRemoveCmd,

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/airlock/airlock/internal/api/apitypes"
 	"github.com/airlock/airlock/internal/model"
@@ -14,7 +15,7 @@ import (
 
 // WorkerAdminVerbs are the `airlock worker <verb>` commands of the CLI;
 // `airlock worker` with anything else runs the worker daemon.
-var WorkerAdminVerbs = []string{"ls", "get", "cordon", "uncordon"}
+var WorkerAdminVerbs = []string{"ls", "get", "cordon", "uncordon", "drain"}
 
 var workerListCmd = &command{
 	name:    "worker ls",
@@ -99,6 +100,66 @@ func cordonCmd(name string, cordoned bool, summary string) *command {
 			}
 		},
 	}
+}
+
+var workerDrainCmd = &command{
+	name:    "worker drain",
+	args:    "<worker-id> [--wait] [--timeout 30m]",
+	summary: "cordon a worker and move its sandboxes to other workers through the blob store; --wait until it runs nothing (operator key)",
+	setup: func(fs *flag.FlagSet) func(context.Context, *runner, []string) error {
+		wait := fs.Bool("wait", false, "wait until the worker runs no sandbox, printing progress")
+		timeout := fs.Duration("timeout", 30*time.Minute, "with --wait: give up after this long")
+		return func(ctx context.Context, r *runner, args []string) error {
+			if len(args) != 1 {
+				return usagef("worker drain", "want exactly one worker id, got %d arguments", len(args))
+			}
+			c, err := r.client()
+			if err != nil {
+				return err
+			}
+			w, err := c.DrainWorker(ctx, args[0])
+			if err != nil {
+				return fmt.Errorf("drain %s: %w", args[0], err)
+			}
+			fmt.Fprintf(r.stdout, "worker %s is %s: %s\n", w.ID, w.State, sandboxCounts(w.Sandboxes))
+			if !*wait {
+				return nil
+			}
+			ctx, cancel := context.WithTimeout(ctx, *timeout)
+			defer cancel()
+			last := ""
+			for {
+				if n := activeOn(w.Sandboxes); n == 0 {
+					fmt.Fprintf(r.stdout, "worker %s is drained: %s\n", w.ID, sandboxCounts(w.Sandboxes))
+					return nil
+				}
+				if now := sandboxCounts(w.Sandboxes); now != last {
+					fmt.Fprintf(r.stdout, "  %s\n", now)
+					last = now
+				}
+				select {
+				case <-ctx.Done():
+					return fmt.Errorf("drain %s: still %s after %s", w.ID, sandboxCounts(w.Sandboxes), *timeout)
+				case <-time.After(500 * time.Millisecond):
+				}
+				if w, err = c.GetWorker(ctx, args[0]); err != nil {
+					return fmt.Errorf("drain %s: %w", args[0], err)
+				}
+			}
+		}
+	},
+}
+
+// activeOn counts a worker's sandboxes that hold a runtime there (all
+// but suspended, failed and lost ones): a drain is over at zero.
+func activeOn(m map[model.SandboxState]int) int {
+	n := 0
+	for st, k := range m {
+		if st != model.StateSuspended && !st.Terminal() {
+			n += k
+		}
+	}
+	return n
 }
 
 func runtimeNames(w model.Worker) string {

@@ -40,4 +40,24 @@ func TestWorkerCommandsAgainstRealAPI(t *testing.T) {
 	if code, _, errOut := e.run("worker", "cordon"); code == 0 || !strings.Contains(errOut, "worker id") {
 		t.Fatalf("cordon without an id: exit %d, stderr %q", code, errOut)
 	}
+
+	// Drain: refused without a blob store (409, saying what to do); with
+	// one, the worker is draining, and --wait returns once nothing runs
+	// there (nothing does).
+	if code, _, errOut := e.run("worker", "drain", "w-a"); code != ExitError || !strings.Contains(errOut, "409") || !strings.Contains(errOut, "--blob-store") {
+		t.Fatalf("drain without a blob store: exit %d, stderr %q", code, errOut)
+	}
+	if err := e.st.UpsertWorker(e.ctx, model.Worker{ID: "w-a", Runtimes: model.NamedRuntimes("gvisor"), CapacityMiB: 4096, CapacityVCPUs: 2, LastHeartbeat: now, CreatedAt: now, BlobStore: "file:///shared"}); err != nil {
+		t.Fatal(err)
+	}
+	out = e.mustRun("worker", "drain", "w-a", "--wait", "--timeout", "10s")
+	if !strings.Contains(out, "worker w-a is draining") || !strings.Contains(out, "worker w-a is drained") {
+		t.Fatalf("worker drain --wait:\n%s", out)
+	}
+	if out := e.mustRun("worker", "ls"); !strings.Contains(out, "draining") {
+		t.Fatalf("worker ls after drain:\n%s", out)
+	}
+	if out := e.mustRun("worker", "uncordon", "w-a"); strings.TrimSpace(out) != "worker w-a is ready" {
+		t.Fatalf("uncordon ends the drain: %q", out)
+	}
 }

@@ -71,7 +71,9 @@ func newEnv(t *testing.T, opts ...func(*Config)) *env {
 	}
 	ev := events.New(st)
 	clk := &clock{t: time.Now().UTC()}
-	cfg := Config{Store: st, Events: ev, WorkerToken: testToken, Now: clk.Now}
+	// Tests move the clock past deadlines without every worker syncing:
+	// a worker is lost only where a test says so (TestWorkerLoss).
+	cfg := Config{Store: st, Events: ev, WorkerToken: testToken, Now: clk.Now, WorkerLossGrace: 1000 * time.Hour}
 	for _, o := range opts {
 		o(&cfg)
 	}

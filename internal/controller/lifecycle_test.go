@@ -927,7 +927,7 @@ func (e *env) suspendedOn(w *fakeWorker, id, snap string, shared bool) {
 // longer assigned to the worker should it come back, and shows as lost in
 // the workers list.
 func TestWorkerLoss(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, func(c *Config) { c.WorkerLossGrace = 5 * time.Minute })
 	w1, w2 := e.worker("w1"), e.worker("w2")
 	w1.blob, w2.blob = "file:///shared", "file:///shared"
 	w1.register(baseTemplate)
@@ -990,7 +990,7 @@ func TestWorkerLoss(t *testing.T) {
 // whose last snapshot is in the blob store is restored from it on another
 // worker when its worker is lost; one without is lost.
 func TestWorkerLossRestores(t *testing.T) {
-	e := newEnv(t, func(c *Config) { c.OnWorkerLoss = OnLossRestore })
+	e := newEnv(t, func(c *Config) { c.OnWorkerLoss = OnLossRestore; c.WorkerLossGrace = 5 * time.Minute })
 	w1, w2 := e.worker("w1"), e.worker("w2")
 	w1.blob, w2.blob = "file:///shared", "file:///shared"
 	w1.register(baseTemplate)
@@ -1018,5 +1018,65 @@ func TestWorkerLossRestores(t *testing.T) {
 	wantAssignments(t, resp, map[string]model.SandboxState{"sb1": model.StateRunning})
 	if got := resp.Assignments[0].Sandbox.SnapshotID; got != "snap-1" {
 		t.Fatalf("restore assigned with snapshot %q, want snap-1", got)
+	}
+}
+
+// TestDrain: a drain moves each running sandbox of the worker to another
+// worker of the blob store (suspend there, wake elsewhere), suspends the
+// paused ones, leaves one whose snapshot stayed local where it is with the
+// reason; a worker without a blob store cannot be drained.
+func TestDrain(t *testing.T) {
+	e := newEnv(t)
+	w1, w2 := e.worker("w1"), e.worker("w2")
+	w1.blob, w2.blob = "file:///shared", "file:///shared"
+	w1.register(baseTemplate)
+	for _, id := range []string{"run", "paused", "stuck"} {
+		e.runningSandbox(w1, id)
+	}
+	e.mustLifecycle(model.OpPause, "paused")
+	e.reconcile()
+	w1.sync(-1, 0, workerapi.Observed{SandboxID: "paused", State: model.StatePaused})
+	w2.register(baseTemplate)
+	op := service.Principal{OrgID: service.DefaultOrgID, Admin: true}
+	ws, err := e.service().DrainWorker(e.ctx, op, "w1")
+	if err != nil || ws.State != service.WorkerDraining || !ws.Worker.Cordoned {
+		t.Fatalf("drain: %+v %v", ws, err)
+	}
+	e.reconcile() // suspend operations
+	e.reconcile() // → suspending
+	for _, id := range []string{"run", "paused", "stuck"} {
+		e.wantSandbox(id, model.StateSuspending, "w1", "")
+	}
+	if sb := e.sandbox("run"); sb.MoveFrom != "w1" {
+		t.Fatalf("a sandbox being moved has MoveFrom %q", sb.MoveFrom)
+	}
+	w1.sync(-1, 0,
+		workerapi.Observed{SandboxID: "run", State: model.StateSuspended, SnapshotID: "snap-r", SnapshotBytes: 1, SnapshotShared: true},
+		workerapi.Observed{SandboxID: "paused", State: model.StateSuspended, SnapshotID: "snap-p", SnapshotBytes: 1, SnapshotShared: true},
+		workerapi.Observed{SandboxID: "stuck", State: model.StateSuspended, SnapshotID: "snap-s", SnapshotBytes: 1})
+	e.reconcile() // wake operation for run; stuck stays
+	e.reconcile() // → waking on w2
+	e.wantSandbox("run", model.StateWaking, "w2", "")
+	e.wantSandbox("paused", model.StateSuspended, "w1", "")
+	e.wantSandbox("stuck", model.StateSuspended, "w1", "its snapshot did not reach the blob store")
+	w2.sync(-1, 0, workerapi.Observed{SandboxID: "run", State: model.StateRunning})
+	e.reconcile()
+	if sb := e.wantSandbox("run", model.StateRunning, "w2", ""); sb.MoveFrom != "" {
+		t.Fatalf("a moved sandbox keeps MoveFrom %q", sb.MoveFrom)
+	}
+	// Nothing more happens: the drain is over.
+	e.reconcile()
+	e.wantSandbox("paused", model.StateSuspended, "w1", "")
+	e.wantSandbox("stuck", model.StateSuspended, "w1", "")
+
+	// Uncordon ends the drain.
+	if ws, err := e.service().CordonWorker(e.ctx, op, "w1", false); err != nil || ws.State != service.WorkerReady || ws.Worker.Draining {
+		t.Fatalf("uncordon after a drain: %+v %v", ws, err)
+	}
+	// A worker without a blob store cannot be drained.
+	w3 := e.worker("w3")
+	w3.register(baseTemplate)
+	if _, err := e.service().DrainWorker(e.ctx, op, "w3"); !errors.Is(err, model.ErrConflict) || !strings.Contains(err.Error(), "--blob-store") {
+		t.Fatalf("drain without a blob store: %v, want a conflict naming --blob-store", err)
 	}
 }

@@ -255,6 +255,8 @@ func priorState(ops []model.Operation) model.SandboxState {
 //     with OnExpiry suspend a running one is suspended, by a new operation;
 //  6. pending and desired running → placed (starting) by Config.Placer, or
 //     a Reason saying why not;
+//     6b. drain: a running sandbox on a draining worker is suspended and
+//     woken on another (decideDrain);
 //  7. lifecycle: running|paused and desired suspended → suspending;
 //     suspended and desired running → waking, on its worker or, its
 //     snapshot in the blob store, another (wakeOn), or a Reason saying why
@@ -409,6 +411,13 @@ func (c *Controller) decide(r *round, sb model.Sandbox, open []model.Operation, 
 			a.op = &nop
 		}
 		return a
+	}
+
+	// 6b. Drain.
+	if !deleting && !sb.State.Terminal() {
+		if a, ok := c.decideDrain(r, sb, open, now); ok {
+			return a
+		}
 	}
 
 	// 7. Lifecycle.

@@ -36,9 +36,32 @@ func TestWakeOnAnotherWorker(t *testing.T) {
 	}
 }
 
-func testWakeOnAnotherWorker(t *testing.T, blobURL string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+// blobCluster is a server (SQLite) and two fake-runtime workers, w-a and
+// w-b, on one blob store.
+type blobCluster struct {
+	c       *client.Client
+	workers map[string]*runningWorker
+	open    func() blob.Store
+}
+
+type runningWorker struct {
+	id     string
+	drv    *fake.Driver
+	snaps  *snapshot.Store
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func (rw *runningWorker) stop(t *testing.T) {
+	rw.cancel()
+	if err := <-rw.done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Errorf("worker %s: %v", rw.id, err)
+	}
+	rw.done <- nil // stopped: a second stop returns at once
+}
+
+func startBlobCluster(t *testing.T, ctx context.Context, blobURL string) *blobCluster {
+	t.Helper()
 	open := func() blob.Store {
 		b, err := blob.Open(ctx, blobURL)
 		if err != nil {
@@ -52,7 +75,7 @@ func testWakeOnAnotherWorker(t *testing.T, blobURL string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(func() { st.Close() })
 	const workerToken = "blob-worker-token"
 	sctx, scancel := context.WithCancel(ctx)
 	srv, err := newServer(sctx, st, workerToken, 0, log, time.Now, nil, "")
@@ -67,19 +90,12 @@ func testWakeOnAnotherWorker(t *testing.T, blobURL string) {
 	url := "http://" + ln.Addr().String()
 	sdone := make(chan struct{})
 	go func() { srv.serve(sctx, ln); close(sdone) }()
-	defer func() { scancel(); <-sdone }()
+	t.Cleanup(func() { scancel(); <-sdone })
 	if err := ensureAdminKey(ctx, srv.svc, dir, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	c := client.New(url, readTrim(filepath.Join(dir, "admin.key")))
 
-	type runningWorker struct {
-		id     string
-		drv    *fake.Driver
-		snaps  *snapshot.Store
-		cancel context.CancelFunc
-		done   chan error
-	}
 	workers := map[string]*runningWorker{}
 	for _, id := range []string{"w-a", "w-b"} {
 		drv := fake.New(log)
@@ -94,18 +110,11 @@ func testWakeOnAnotherWorker(t *testing.T, blobURL string) {
 		go func() { rw.done <- w.Run(wctx) }()
 		workers[id] = rw
 	}
-	stop := func(rw *runningWorker) {
-		rw.cancel()
-		if err := <-rw.done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("worker %s: %v", rw.id, err)
-		}
-		rw.done <- nil // stopped: a second stop returns at once
-	}
-	defer func() {
+	t.Cleanup(func() {
 		for _, rw := range workers {
-			stop(rw)
+			rw.stop(t)
 		}
-	}()
+	})
 	for {
 		ws, err := c.ListWorkers(ctx)
 		ready := 0
@@ -123,6 +132,14 @@ func testWakeOnAnotherWorker(t *testing.T, blobURL string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 
+	return &blobCluster{c: c, workers: workers, open: open}
+}
+
+func testWakeOnAnotherWorker(t *testing.T, blobURL string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	bc := startBlobCluster(t, ctx, blobURL)
+	c, workers, open := bc.c, bc.workers, bc.open
 	t0 := time.Now()
 	wait := func(what string, op model.Operation, err error) {
 		t.Helper()
@@ -202,7 +219,7 @@ func testWakeOnAnotherWorker(t *testing.T, blobURL string) {
 	if _, err := c.CordonWorker(ctx, home, false); err != nil {
 		t.Fatal(err)
 	}
-	stop(workers[other])
+	workers[other].stop(t)
 	op, err = c.WakeSandbox(ctx, sb.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -225,4 +242,143 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// TestDrainMovesSandboxes: draining a worker moves its running sandboxes
+// to the other worker of the blob store, files intact, suspends its paused
+// one, and ends with nothing running there; the time each moved sandbox
+// was not running is logged.
+func TestDrainMovesSandboxes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	bc := startBlobCluster(t, ctx, "file://"+t.TempDir())
+	c := bc.c
+	if _, err := c.CordonWorker(ctx, "w-b", true); err != nil {
+		t.Fatal(err)
+	}
+	run := func(id, script string) string {
+		t.Helper()
+		cmd, err := c.CreateCommand(ctx, id, client.CreateCommandRequest{Argv: []string{"/bin/sh", "-c", script}})
+		if err != nil {
+			t.Fatalf("command %q: %v", script, err)
+		}
+		var out strings.Builder
+		if _, err := client.RunCommand(ctx, cmd.AttachURL, cmd.Token, nil, &out, io.Discard); err != nil {
+			t.Fatalf("run %q: %v", script, err)
+		}
+		return out.String()
+	}
+	waitOp := func(what string, op model.Operation, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if done, err := c.WaitOperation(ctx, op.ID); err != nil || done.State != model.OpSucceeded {
+			t.Fatalf("%s: %+v %v", what, done, err)
+		}
+	}
+	var ids []string
+	for i := range 3 {
+		sb, op, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Runtime: fake.Name}, "")
+		waitOp("create", op, err)
+		run(sb.ID, "echo file-of-"+sb.ID+" > /f")
+		if i == 2 {
+			op, err := c.PauseSandbox(ctx, sb.ID)
+			waitOp("pause", op, err)
+		}
+		ids = append(ids, sb.ID)
+	}
+	if _, err := c.CordonWorker(ctx, "w-b", false); err != nil {
+		t.Fatal(err)
+	}
+
+	// Watch the moving sandboxes: how long each is not running.
+	down := map[string]time.Duration{}
+	stopWatch := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		since := map[string]time.Time{}
+		for {
+			select {
+			case <-stopWatch:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			for _, id := range ids[:2] {
+				sb, err := c.GetSandbox(ctx, id)
+				if err != nil {
+					continue
+				}
+				switch {
+				case sb.State != model.StateRunning && since[id].IsZero():
+					since[id] = time.Now()
+				case sb.State == model.StateRunning && !since[id].IsZero() && sb.WorkerID == "w-b":
+					down[id] = time.Since(since[id])
+					since[id] = time.Time{}
+				}
+			}
+		}
+	}()
+	t0 := time.Now()
+	w, err := c.DrainWorker(ctx, "w-a")
+	if err != nil || w.State != "draining" {
+		t.Fatalf("drain: %+v %v", w, err)
+	}
+	for {
+		w, err = c.GetWorker(ctx, "w-a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for st, k := range w.Sandboxes {
+			if st != model.StateSuspended && !st.Terminal() {
+				n += k
+			}
+		}
+		if n == 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the drain never ended: %v", w.Sandboxes)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	took := time.Since(t0)
+	for _, id := range ids[:2] {
+		for ctx.Err() == nil {
+			if sb, _ := c.GetSandbox(ctx, id); sb.State == model.StateRunning && sb.WorkerID == "w-b" && sb.MoveFrom == "" {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	time.Sleep(20 * time.Millisecond)
+	close(stopWatch)
+	<-watched
+	t.Logf("drained 2 running sandboxes and 1 paused in %v; not running per move: %v", took.Round(time.Millisecond), down)
+	for _, id := range ids[:2] {
+		sb, _ := c.GetSandbox(ctx, id)
+		if sb.State != model.StateRunning || sb.WorkerID != "w-b" {
+			t.Fatalf("moved sandbox %s: %s on %s, want running on w-b", id, sb.State, sb.WorkerID)
+		}
+		if out := run(id, "cat /f"); out != "file-of-"+id+"\n" {
+			t.Fatalf("file of %s after the move: %q", id, out)
+		}
+		if _, ok := down[id]; !ok {
+			t.Errorf("sandbox %s was never seen down and back: %v", id, down)
+		}
+	}
+	if sb, _ := c.GetSandbox(ctx, ids[2]); sb.State != model.StateSuspended || !sb.SnapshotShared {
+		t.Fatalf("the paused sandbox after the drain: %s (shared %v), want suspended in the blob store", sb.State, sb.SnapshotShared)
+	}
+	// It wakes on the other worker when asked.
+	op, err := c.WakeSandbox(ctx, ids[2])
+	waitOp("wake the drained paused sandbox", op, err)
+	if sb, _ := c.GetSandbox(ctx, ids[2]); sb.WorkerID != "w-b" {
+		t.Fatalf("woken on %s, want w-b", sb.WorkerID)
+	}
+	if out := run(ids[2], "cat /f"); out != "file-of-"+ids[2]+"\n" {
+		t.Fatalf("file of the paused sandbox after the move: %q", out)
+	}
 }

@@ -159,6 +159,9 @@ type Sandbox struct {
 	// (package blob) too, so the sandbox may wake on another worker that
 	// uses the same store (Worker.BlobStore).
 	SnapshotShared bool `json:"snapshot_shared,omitempty"`
+	// MoveFrom names the worker a drain is moving the sandbox off (""
+	// none): it is suspended there, then woken on another worker.
+	MoveFrom string `json:"move_from,omitempty"`
 	// Pool is the template digest of the warm pool this sandbox waits in;
 	// empty once claimed (or for ordinary sandboxes).
 	Pool string `json:"pool,omitempty"`
@@ -436,6 +439,9 @@ type Worker struct {
 	// Cordoned workers take no new sandboxes (an operator's mark, kept
 	// across the worker's own re-registrations); what runs there stays.
 	Cordoned bool `json:"cordoned,omitempty"`
+	// Draining workers are cordoned and have their running sandboxes moved
+	// to other workers (an operator's mark, like the cordon).
+	Draining bool `json:"draining,omitempty"`
 	// BlobStore is the shared blob store the worker uses (its URL without
 	// credentials; "" none): workers with the same one can restore each
 	// other's snapshots.

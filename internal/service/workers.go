@@ -17,12 +17,14 @@ const (
 	WorkerCordoned = "cordoned" // fresh heartbeat, takes no new sandboxes
 	WorkerStale    = "stale"    // no heartbeat within scheduler.DefaultHeartbeatTTL
 	WorkerLost     = "lost"     // none within Config.WorkerLossGrace: its sandboxes are lost (or restored elsewhere)
+	WorkerDraining = "draining" // fresh heartbeat, cordoned, its running sandboxes being moved off
 )
 
 // WorkerStatus is a registered worker with what it holds.
 type WorkerStatus struct {
 	Worker model.Worker
-	// State is WorkerReady, WorkerCordoned, WorkerStale or WorkerLost.
+	// State is WorkerReady, WorkerCordoned, WorkerDraining, WorkerStale or
+	// WorkerLost.
 	State string
 	// Sandboxes counts the sandboxes assigned to the worker (not deleted),
 	// by state.
@@ -65,6 +67,8 @@ func (s *Service) ListWorkers(ctx context.Context, p Principal) ([]WorkerStatus,
 			st = WorkerLost
 		case !scheduler.Fresh(w, now, scheduler.DefaultHeartbeatTTL):
 			st = WorkerStale
+		case w.Draining:
+			st = WorkerDraining
 		case w.Cordoned:
 			st = WorkerCordoned
 		}
@@ -110,5 +114,33 @@ func (s *Service) CordonWorker(ctx context.Context, p Principal, id string, cord
 	if !cordoned {
 		s.kick() // pending sandboxes may fit now
 	}
+	return s.GetWorker(ctx, p, id)
+}
+
+// DrainWorker cordons a worker and has the controller move its sandboxes
+// off it: each running one is suspended and woken on another worker
+// through the shared blob store (same id, files and processes), each
+// paused one suspended (it wakes on any worker of the store when next
+// used). It needs the worker to use a blob store; the drain is over when
+// the worker runs nothing (GET /v1/workers/{id}), and uncordoning ends it.
+// Operators only.
+func (s *Service) DrainWorker(ctx context.Context, p Principal, id string) (WorkerStatus, error) {
+	if !p.Operator() {
+		return WorkerStatus{}, model.Errorf(model.ErrForbidden, "workers are drained with an admin key of the default org (an operator's)")
+	}
+	w, err := s.st.GetWorker(ctx, id)
+	if errors.Is(err, model.ErrNotFound) {
+		return WorkerStatus{}, model.Errorf(model.ErrNotFound, "there is no worker %.80q; GET /v1/workers lists them", id)
+	} else if err != nil {
+		return WorkerStatus{}, fmt.Errorf("drain worker %s: %w", id, err)
+	}
+	if w.BlobStore == "" {
+		return WorkerStatus{}, model.Errorf(model.ErrConflict, "worker %s uses no blob store, so its sandboxes cannot move: start the workers with --blob-store (or cordon it and let its sandboxes end)", id)
+	}
+	if err := s.st.SetWorkerDraining(ctx, id); err != nil {
+		return WorkerStatus{}, fmt.Errorf("drain worker %s: %w", id, err)
+	}
+	s.logger().Info("worker draining", "worker", id)
+	s.kick()
 	return s.GetWorker(ctx, p, id)
 }

@@ -98,6 +98,10 @@ type Workers interface {
 	// SetWorkerCordoned sets or clears the operator's cordon, which
 	// UpsertWorker keeps; ErrNotFound for an unknown worker.
 	SetWorkerCordoned(ctx context.Context, id string, cordoned bool) error
+	// SetWorkerDraining cordons a worker and marks it draining (the
+	// controller moves its sandboxes off; SetWorkerCordoned false ends it);
+	// ErrNotFound for an unknown worker.
+	SetWorkerDraining(ctx context.Context, id string) error
 
 	// Worker credentials: the hash of each worker's own secret, bound to
 	// its id. PutWorkerCredential stores c only if the stored hash is

@@ -16,7 +16,7 @@ import (
 const sandboxCols = `id, org_id, template, template_digest, runtime, state, desired_state, reason,
 	worker_id, env, metadata, resources, timeout_s, generation, created_at, updated_at,
 	last_activity_at, expires_at, idle_suspend_s, no_auto_wake, snapshot_id, snapshot_bytes, pool, snapshots, public_traffic,
-	on_expiry, network, snapshot_shared`
+	on_expiry, network, snapshot_shared, move_from`
 
 func scanSandbox(sc scanner) (model.Sandbox, error) {
 	var sb model.Sandbox
@@ -25,7 +25,7 @@ func scanSandbox(sc scanner) (model.Sandbox, error) {
 		&sb.DesiredState, &sb.Reason, &sb.WorkerID, &env, &meta, &res, &sb.TimeoutS, &sb.Generation,
 		timeCol{&sb.CreatedAt}, timeCol{&sb.UpdatedAt}, timeCol{&sb.LastActivityAt}, nullTimeCol{&sb.ExpiresAt},
 		&sb.IdleSuspendS, &sb.NoAutoWake, &sb.SnapshotID, &sb.SnapshotBytes, &sb.Pool, &snaps, &sb.PublicTraffic,
-		&sb.OnExpiry, &netw, &sb.SnapshotShared); err != nil {
+		&sb.OnExpiry, &netw, &sb.SnapshotShared, &sb.MoveFrom); err != nil {
 		return sb, err
 	}
 	var sn store.SandboxSnapshots
@@ -87,12 +87,12 @@ func (c *conn) CreateSandbox(ctx context.Context, sb model.Sandbox, op model.Ope
 	}
 	return c.keyed(ctx, "create sandbox", sb, op, idempotencyKey, func(c *conn) (model.Sandbox, error) {
 		if _, err := c.exec(ctx, `INSERT INTO sandboxes (`+sandboxCols+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			sb.ID, sb.OrgID, sb.Template, sb.TemplateDigest, sb.Runtime, sb.State, sb.DesiredState,
 			sb.Reason, sb.WorkerID, env, meta, res, sb.TimeoutS, sb.Generation, c.d.Time(sb.CreatedAt),
 			c.d.Time(sb.UpdatedAt), c.d.Time(sb.LastActivityAt), c.timeOf(sb.ExpiresAt),
 			sb.IdleSuspendS, sb.NoAutoWake, sb.SnapshotID, sb.SnapshotBytes, sb.Pool, snaps, sb.PublicTraffic,
-			sb.OnExpiry, netw, sb.SnapshotShared); err != nil {
+			sb.OnExpiry, netw, sb.SnapshotShared, sb.MoveFrom); err != nil {
 			if idempotencyKey != "" && c.d.IsUniqueViolation(err) {
 				// Perhaps a concurrent create with the same key and id.
 				return model.Sandbox{}, errKeyTaken
@@ -311,13 +311,13 @@ func (c *conn) updateSandbox(ctx context.Context, sb model.Sandbox) (model.Sandb
 			generation = generation + 1, updated_at = ?,
 			last_activity_at = `+c.d.Greatest("last_activity_at", "?")+`, expires_at = ?,
 			idle_suspend_s = ?, no_auto_wake = ?, snapshot_id = ?, snapshot_bytes = ?, pool = ?, snapshots = ?,
-			public_traffic = ?, on_expiry = ?, network = ?, snapshot_shared = ?
+			public_traffic = ?, on_expiry = ?, network = ?, snapshot_shared = ?, move_from = ?
 		WHERE id = ? AND generation = ?
 		RETURNING `+sandboxCols,
 		sb.Template, sb.TemplateDigest, sb.Runtime, sb.State, sb.DesiredState,
 		sb.Reason, sb.WorkerID, env, meta, res, sb.TimeoutS,
 		c.d.Time(c.now()), c.d.Time(sb.LastActivityAt), c.timeOf(sb.ExpiresAt),
-		sb.IdleSuspendS, sb.NoAutoWake, sb.SnapshotID, sb.SnapshotBytes, sb.Pool, snaps, sb.PublicTraffic, sb.OnExpiry, netw, sb.SnapshotShared,
+		sb.IdleSuspendS, sb.NoAutoWake, sb.SnapshotID, sb.SnapshotBytes, sb.Pool, snaps, sb.PublicTraffic, sb.OnExpiry, netw, sb.SnapshotShared, sb.MoveFrom,
 		sb.ID, sb.Generation))
 	if errors.Is(err, sql.ErrNoRows) {
 		var gen int64

@@ -52,13 +52,24 @@ func (c *conn) DeleteWorkerCredential(ctx context.Context, workerID string) erro
 // operator's marks, which only SetWorkerCordoned writes.
 const workerCols = `id, data_plane_url, internal_url, runtimes, templates, capacity_mib, capacity_vcpus, free_mib, last_heartbeat, created_at, blob_store`
 
-const workerReadCols = workerCols + `, cordoned`
+const workerReadCols = workerCols + `, cordoned, draining`
 
-// SetWorkerCordoned sets or clears a worker's cordon; ErrNotFound if the
-// worker is not registered.
+// SetWorkerCordoned sets or clears a worker's cordon (clearing it ends a
+// drain too); ErrNotFound if the worker is not registered.
 func (c *conn) SetWorkerCordoned(ctx context.Context, id string, cordoned bool) error {
-	res, err := c.exec(ctx, `UPDATE workers SET cordoned = ? WHERE id = ?`, cordoned, id)
+	q := `UPDATE workers SET cordoned = ? WHERE id = ?`
+	if !cordoned {
+		q = `UPDATE workers SET cordoned = ?, draining = false WHERE id = ?`
+	}
+	res, err := c.exec(ctx, q, cordoned, id)
 	return c.affected("cordon worker "+id, res, err)
+}
+
+// SetWorkerDraining cordons a worker and marks it draining; ErrNotFound if
+// the worker is not registered.
+func (c *conn) SetWorkerDraining(ctx context.Context, id string) error {
+	res, err := c.exec(ctx, `UPDATE workers SET cordoned = true, draining = true WHERE id = ?`, id)
+	return c.affected("drain worker "+id, res, err)
 }
 
 // UpsertWorker inserts or replaces a worker, keeping its first CreatedAt
@@ -89,7 +100,7 @@ func scanWorker(sc scanner) (model.Worker, error) {
 	var rt, tpl string
 	var free sql.NullInt64
 	if err := sc.Scan(&w.ID, &w.DataPlaneURL, &w.InternalURL, &rt, &tpl, &w.CapacityMiB, &w.CapacityVCPUs, &free,
-		timeCol{&w.LastHeartbeat}, timeCol{&w.CreatedAt}, &w.BlobStore, &w.Cordoned); err != nil {
+		timeCol{&w.LastHeartbeat}, timeCol{&w.CreatedAt}, &w.BlobStore, &w.Cordoned, &w.Draining); err != nil {
 		return w, err
 	}
 	if free.Valid {

@@ -81,12 +81,13 @@ func testSandboxLifecycleFields(t *testing.T, s store.Store) {
 	got.SnapshotID = "snap-1"
 	got.SnapshotBytes = 1 << 40
 	got.SnapshotShared = true
+	got.MoveFrom = "w-9"
 	got.IdleSuspendS = 0
 	got.NoAutoWake = false
 	got.Pool = ""
 	upd, err := s.UpdateSandbox(ctx, got)
 	must(t, "update", err)
-	if upd.SnapshotID != "snap-1" || upd.SnapshotBytes != 1<<40 || !upd.SnapshotShared || upd.IdleSuspendS != 0 || upd.NoAutoWake || upd.Pool != "" {
+	if upd.SnapshotID != "snap-1" || upd.SnapshotBytes != 1<<40 || !upd.SnapshotShared || upd.MoveFrom != "w-9" || upd.IdleSuspendS != 0 || upd.NoAutoWake || upd.Pool != "" {
 		t.Errorf("update result = %+v, want snapshot snap-1/%d, idle 0, auto-wake, no pool", upd, int64(1<<40))
 	}
 	list, _, err := s.ListSandboxes(ctx, store.SandboxFilter{OrgID: "org-a"})

@@ -1052,6 +1052,20 @@ func testWorkers(t *testing.T, s store.Store) {
 	if err := s.SetWorkerCordoned(ctx, "nope", true); !errors.Is(err, model.ErrNotFound) {
 		t.Errorf("cordon of an unknown worker: %v; want ErrNotFound", err)
 	}
+	// A drain cordons too; a cordon keeps it; an uncordon ends both.
+	must(t, "drain", s.SetWorkerDraining(ctx, "w-2"))
+	must(t, "upsert a draining worker", s.UpsertWorker(ctx, w2))
+	must(t, "cordon a draining worker", s.SetWorkerCordoned(ctx, "w-2", true))
+	if got, err = s.GetWorker(ctx, "w-2"); err != nil || !got.Cordoned || !got.Draining {
+		t.Errorf("after drain: cordoned=%v draining=%v %v; want both", got.Cordoned, got.Draining, err)
+	}
+	must(t, "uncordon a draining worker", s.SetWorkerCordoned(ctx, "w-2", false))
+	if got, err = s.GetWorker(ctx, "w-2"); err != nil || got.Cordoned || got.Draining {
+		t.Errorf("after uncordon: cordoned=%v draining=%v %v; want neither", got.Cordoned, got.Draining, err)
+	}
+	if err := s.SetWorkerDraining(ctx, "nope"); !errors.Is(err, model.ErrNotFound) {
+		t.Errorf("drain of an unknown worker: %v; want ErrNotFound", err)
+	}
 
 	// Zero times round-trip as zero.
 	must(t, "upsert w-1", s.UpsertWorker(ctx, model.Worker{ID: "w-1"}))
