@@ -263,7 +263,9 @@ func (c *Controller) Run(ctx context.Context) error {
 			continue
 		}
 		t0 := time.Now()
-		rs, err := c.reconcileAll(ctx)
+		// The round's transitions are fenced by the lease it holds: a
+		// replica deposed meanwhile (stalled past its TTL) writes none.
+		rs, err := c.reconcileAll(withFence(ctx, fence{name: LeaseName, holder: c.cfg.Instance, epoch: c.lease.Epoch}))
 		if err != nil && ctx.Err() == nil {
 			c.log.Warn("controller: reconcile round", "err", err)
 		}

@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -66,4 +68,25 @@ func (c *Controller) decideDrain(r *round, sb model.Sandbox, open []model.Operat
 		return action{sb: &nsb, op: op(model.OpSuspend, model.StateSuspended, why), newOp: true, why: "drain: suspend"}, true
 	}
 	return action{}, false
+}
+
+// errDeposed fails a fenced write whose lease another replica holds now.
+var errDeposed = errors.New("controller: deposed (the controller lease moved to another replica)")
+
+// fence is the lease a reconcile round's writes are conditional on
+// (store.Leases.HoldLease, in each write's transaction).
+type fence struct {
+	name, holder string
+	epoch        int64
+}
+
+type fenceKey struct{}
+
+func withFence(ctx context.Context, f fence) context.Context {
+	return context.WithValue(ctx, fenceKey{}, f)
+}
+
+func fenceOf(ctx context.Context) (fence, bool) {
+	f, ok := ctx.Value(fenceKey{}).(fence)
+	return f, ok && f.epoch > 0
 }

@@ -1080,3 +1080,33 @@ func TestDrain(t *testing.T) {
 		t.Fatalf("drain without a blob store: %v, want a conflict naming --blob-store", err)
 	}
 }
+
+// TestDeposedLeaderWritesNothing: a round fenced by a lease epoch that
+// another replica has taken over writes nothing and ends at its first
+// write; the new holder's round goes through.
+func TestDeposedLeaderWritesNothing(t *testing.T) {
+	e := newEnv(t)
+	w := e.worker("w1")
+	w.register(baseTemplate)
+	e.createSandbox("sb1", 512)
+	now := e.clock.Now()
+	a, err := e.st.AcquireLease(e.ctx, LeaseName, "replica-a", now, 15*time.Second)
+	if err != nil || a.Holder != "replica-a" {
+		t.Fatalf("acquire: %+v %v", a, err)
+	}
+	e.clock.Advance(20 * time.Second) // a stalls past its TTL; b takes over
+	w.sync(-1, 0)
+	b, err := e.st.AcquireLease(e.ctx, LeaseName, "replica-b", e.clock.Now(), 15*time.Second)
+	if err != nil || b.Holder != "replica-b" || b.Epoch != a.Epoch+1 {
+		t.Fatalf("takeover: %+v %v", b, err)
+	}
+	_, err = e.c.reconcileAll(withFence(e.ctx, fence{name: LeaseName, holder: "replica-a", epoch: a.Epoch}))
+	if !errors.Is(err, errDeposed) {
+		t.Fatalf("the deposed replica's round: %v, want errDeposed", err)
+	}
+	e.wantSandbox("sb1", model.StatePending, "", "")
+	if _, err := e.c.reconcileAll(withFence(e.ctx, fence{name: LeaseName, holder: "replica-b", epoch: b.Epoch})); err != nil {
+		t.Fatalf("the holder's round: %v", err)
+	}
+	e.wantSandbox("sb1", model.StateStarting, "w1", "")
+}

@@ -150,7 +150,13 @@ func (c *Controller) reconcileAll(ctx context.Context) (rs RoundStats, err error
 			errs = append(errs, err)
 			continue
 		}
-		if err := c.reconcile(ctx, r, sb.ID); err != nil && !errors.Is(err, model.ErrConflict) {
+		if err := c.reconcile(ctx, r, sb.ID); errors.Is(err, errDeposed) {
+			// Another replica took the lease over: this round ends here,
+			// having written nothing since (the fence).
+			c.leading.Store(false)
+			c.log.Warn("controller: deposed during a round; it stops", "err", err)
+			return rs, errors.Join(append(errs, err)...)
+		} else if err != nil && !errors.Is(err, model.ErrConflict) {
 			errs = append(errs, err)
 		}
 	}
@@ -179,6 +185,12 @@ func (c *Controller) reconcile(ctx context.Context, r *round, id string) error {
 		}
 		if err != nil {
 			return err
+		}
+		if sb.State == model.StateSuspended && sb.DesiredState == model.StateRunning && sb.SnapshotShared {
+			// Where it wakes depends on its worker's cordon and heartbeat as
+			// of now, not as of the round's start: a cordon made before the
+			// wake request was must count.
+			c.refreshWorker(ctx, r, sb.WorkerID)
 		}
 		a := c.decide(r, sb, open, prior)
 		if a.empty() {
@@ -505,6 +517,21 @@ func (c *Controller) decide(r *round, sb model.Sandbox, open []model.Operation, 
 	return action{}
 }
 
+// refreshWorker rereads worker id into the round's view (a failed read
+// keeps the round's).
+func (c *Controller) refreshWorker(ctx context.Context, r *round, id string) {
+	w, err := c.st.GetWorker(ctx, id)
+	if err != nil {
+		return
+	}
+	r.byID[id] = w
+	for i := range r.workers {
+		if r.workers[i].ID == id {
+			r.workers[i] = w
+		}
+	}
+}
+
 // wakeOn returns the worker suspended sb wakes on: its own (where its
 // snapshot is) while that one is live and uncordoned and has room for it,
 // else, when its snapshot is in the shared blob store (SnapshotShared),
@@ -671,9 +698,25 @@ func (c *Controller) apply(ctx context.Context, a action, read model.Sandbox) (e
 			tracing.End(span, err)
 		}()
 	}
+	f, fenced := fenceOf(ctx)
+	hold := func(tx store.Tx) error {
+		if !fenced {
+			return nil
+		}
+		if err := tx.HoldLease(ctx, f.name, f.holder, f.epoch, c.now()); err != nil {
+			if errors.Is(err, model.ErrConflict) {
+				return fmt.Errorf("%w: %v", errDeposed, err)
+			}
+			return err
+		}
+		return nil
+	}
 	switch {
 	case a.sb != nil && a.op != nil:
 		err = c.st.InTx(ctx, func(tx store.Tx) error {
+			if err := hold(tx); err != nil {
+				return err
+			}
 			var err error
 			if sb, err = tx.UpdateSandbox(ctx, *a.sb); err != nil {
 				return err
@@ -690,6 +733,15 @@ func (c *Controller) apply(ctx context.Context, a action, read model.Sandbox) (e
 			op, err = tx.UpdateOperation(ctx, *a.op)
 			return err
 		})
+	case a.sb != nil && fenced:
+		err = c.st.InTx(ctx, func(tx store.Tx) error {
+			if err := hold(tx); err != nil {
+				return err
+			}
+			var err error
+			sb, err = tx.UpdateSandbox(ctx, *a.sb)
+			return err
+		})
 	case a.sb != nil:
 		sb, err = c.st.UpdateSandbox(ctx, *a.sb)
 	default:
@@ -700,6 +752,9 @@ func (c *Controller) apply(ctx context.Context, a action, read model.Sandbox) (e
 		// the operations listed after a resume began, completes that
 		// resume ("running is its target") while the sandbox is paused.
 		err = c.st.InTx(ctx, func(tx store.Tx) error {
+			if err := hold(tx); err != nil {
+				return err
+			}
 			if _, err := tx.UpdateSandbox(ctx, read); err != nil {
 				return err
 			}

@@ -219,6 +219,12 @@ type Leases interface {
 	AcquireLease(ctx context.Context, name, holder string, now time.Time, ttl time.Duration) (Lease, error)
 	// ReleaseLease lets lease name expire now if holder holds it.
 	ReleaseLease(ctx context.Context, name, holder string, now time.Time) error
+	// HoldLease returns nil when holder holds lease name at epoch and it
+	// has not expired at now, else an error wrapping model.ErrConflict: a
+	// fence. In a transaction it also locks the lease row until the
+	// transaction ends, so that a takeover (AcquireLease by another) waits
+	// for the fenced writes to commit, and none of them commits after it.
+	HoldLease(ctx context.Context, name, holder string, epoch int64, now time.Time) error
 }
 
 // Lease is one lease as stored. Epoch grows by one whenever the holder

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/airlock/airlock/internal/model"
 	"github.com/airlock/airlock/internal/store"
 )
 
@@ -30,4 +31,21 @@ func (c *conn) AcquireLease(ctx context.Context, name, holder string, now time.T
 func (c *conn) ReleaseLease(ctx context.Context, name, holder string, now time.Time) error {
 	_, err := c.exec(ctx, `UPDATE leases SET expires_at = ? WHERE name = ? AND holder = ?`, c.d.Time(now), name, holder)
 	return c.classify("release lease "+name, err)
+}
+
+// HoldLease is the fence of a lease holder's writes: a write of the lease
+// row that changes nothing, so that it both checks the holder, epoch and
+// expiry and, in a transaction, holds the row's lock until the end.
+func (c *conn) HoldLease(ctx context.Context, name, holder string, epoch int64, now time.Time) error {
+	res, err := c.exec(ctx, `UPDATE leases SET holder = holder WHERE name = ? AND holder = ? AND epoch = ? AND expires_at > ?`,
+		name, holder, epoch, c.d.Time(now))
+	if err != nil {
+		return c.classify("hold lease "+name, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return c.classify("hold lease "+name, err)
+	} else if n == 0 {
+		return model.Errorf(model.ErrConflict, "lease %s is no longer held by %s at epoch %d", name, holder, epoch)
+	}
+	return nil
 }

@@ -986,6 +986,38 @@ func testLeases(t *testing.T, s store.Store) {
 	if err != nil || other.Holder != "b" || other.Epoch != 1 {
 		t.Errorf("another lease: %+v %v", other, err)
 	}
+
+	// The fence: only the holder, at its epoch, before expiry.
+	must(t, "hold at the current epoch", s.HoldLease(ctx, "controller", "a", 3, at(24*time.Second)))
+	for _, c := range []struct {
+		what   string
+		holder string
+		epoch  int64
+		now    time.Time
+	}{
+		{"another holder", "b", 3, at(24 * time.Second)},
+		{"an old epoch", "a", 1, at(24 * time.Second)},
+		{"after expiry", "a", 3, at(34 * time.Second)},
+	} {
+		if err := s.HoldLease(ctx, "controller", c.holder, c.epoch, c.now); !errors.Is(err, model.ErrConflict) {
+			t.Errorf("hold by %s: %v, want ErrConflict", c.what, err)
+		}
+	}
+	// In a transaction: a fenced write commits only while the fence holds.
+	err = s.InTx(ctx, func(tx store.Tx) error {
+		if err := tx.HoldLease(ctx, "controller", "a", 2, at(24*time.Second)); err != nil {
+			return err
+		}
+		_, err := tx.PutSettingIfAbsent(ctx, "fenced", "written")
+		return err
+	})
+	if !errors.Is(err, model.ErrConflict) {
+		t.Errorf("a write fenced by an old epoch: %v, want ErrConflict", err)
+	}
+	err = s.InTx(ctx, func(tx store.Tx) error {
+		return tx.HoldLease(ctx, "controller", "a", 3, at(24*time.Second))
+	})
+	must(t, "a transaction fenced by the current epoch", err)
 }
 
 func testWorkers(t *testing.T, s store.Store) {
