@@ -7,6 +7,7 @@ import (
 
 	"github.com/airlock/airlock/internal/blob"
 	"github.com/airlock/airlock/internal/model"
+	"github.com/airlock/airlock/internal/scheduler"
 	"github.com/airlock/airlock/internal/snapshot"
 )
 
@@ -66,3 +67,7 @@ func (c *Controller) SetWorkerLoss(grace time.Duration, policy string) error {
 	c.cfg.OnWorkerLoss = policy
 	return nil
 }
+
+// SetPlacer sets Config.Placer; call it before Run (and give the service
+// the same one: its imports place through it).
+func (c *Controller) SetPlacer(p scheduler.Placer) { c.cfg.Placer = p }

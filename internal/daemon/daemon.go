@@ -43,6 +43,7 @@ import (
 	airruntime "github.com/airlock/airlock/internal/runtime"
 	"github.com/airlock/airlock/internal/runtime/gvisor"
 	"github.com/airlock/airlock/internal/runtime/qemu"
+	"github.com/airlock/airlock/internal/scheduler"
 	"github.com/airlock/airlock/internal/service"
 	"github.com/airlock/airlock/internal/setup"
 	"github.com/airlock/airlock/internal/snapshot"
@@ -290,6 +291,7 @@ func serverCmd(ctx context.Context, args []string) error {
 	quotas := addQuotaFlags(fs)
 	blobURL := addBlobStoreFlag(fs)
 	lossGrace := fs.Duration("worker-loss-grace", controller.DefaultWorkerLossGrace, "how long a worker may go without a heartbeat before it is lost, with its sandboxes")
+	placement := fs.String("placement", string(scheduler.Spread), "how new sandboxes are placed among the workers that fit: spread (most free capacity first) or pack (least free first, keeping whole workers free)")
 	onLoss := fs.String("on-worker-loss", controller.OnLossMark, "what becomes of a lost worker's sandboxes whose last snapshot is in the blob store: mark (lost, like the rest) or restore (restored from that snapshot on another worker, losing what changed after it)")
 	tlsf := addTLSFlags(fs, "the API and the worker API")
 	if err := fs.Parse(args); err != nil {
@@ -327,8 +329,13 @@ func serverCmd(ctx context.Context, args []string) error {
 	if *lossGrace <= 0 {
 		return errors.New("--worker-loss-grace must be positive")
 	}
+	policy, err := scheduler.ParsePolicy(*placement)
+	if err != nil {
+		return fmt.Errorf("--placement: %w", err)
+	}
+	placer := scheduler.Default{Policy: policy}
 	srv, err := newServer(ctx, st, *workerToken, *deadline, log, now, tp.TracerProvider(), controllerInstance(*listen), quotas.apply,
-		func(c *service.Config) { c.WorkerLossGrace = *lossGrace })
+		func(c *service.Config) { c.WorkerLossGrace = *lossGrace; c.Placer = placer })
 	if err == nil {
 		srv.e2b.SetDomain(*e2bDomain)
 	}
@@ -338,6 +345,7 @@ func serverCmd(ctx context.Context, args []string) error {
 	if err := srv.ctrl.SetWorkerLoss(*lossGrace, *onLoss); err != nil {
 		return err
 	}
+	srv.ctrl.SetPlacer(placer)
 	if *blobURL != "" {
 		b, err := blob.Open(ctx, *blobURL)
 		if err != nil {

@@ -61,9 +61,36 @@ type Placer interface {
 }
 
 // Default is the built-in placement: Pick among the workers whose last
-// heartbeat is within HeartbeatTTL (0: DefaultHeartbeatTTL).
+// heartbeat is within HeartbeatTTL (0: DefaultHeartbeatTTL), by Policy.
 type Default struct {
 	HeartbeatTTL time.Duration
+	Policy       Policy
+}
+
+// Policy is how Pick chooses among the workers that fit.
+type Policy string
+
+// Placement policies (airlock server --placement).
+const (
+	// Spread (the default): the worker with the most free capacity, so
+	// load evens out and a lost worker takes the fewest sandboxes with it.
+	Spread Policy = "spread"
+	// Pack: the worker with the least free capacity that fits, so whole
+	// workers stay free (to be drained, scaled down or given to big
+	// sandboxes).
+	Pack Policy = "pack"
+)
+
+// ParsePolicy returns the policy name names ("": Spread), or an error
+// wrapping model.ErrInvalid.
+func ParsePolicy(name string) (Policy, error) {
+	switch Policy(name) {
+	case "", Spread:
+		return Spread, nil
+	case Pack:
+		return Pack, nil
+	}
+	return "", model.Errorf(model.ErrInvalid, "placement policy %q: want spread or pack", name)
 }
 
 var _ Placer = Default{}
@@ -74,7 +101,7 @@ func (d Default) Place(c Cluster, req Request) (string, error) {
 	if ttl <= 0 {
 		ttl = DefaultHeartbeatTTL
 	}
-	return Pick(c.Workers, c.Load, req, c.Now, ttl)
+	return PickBy(d.Policy, c.Workers, c.Load, req, c.Now, ttl)
 }
 
 // Ready returns nil when at least one of workers has sent a heartbeat
@@ -205,6 +232,13 @@ func Fresh(w model.Worker, now time.Time, ttl time.Duration) bool {
 // wraps model.ErrUnavailable and names the first filter that left no
 // candidate.
 func Pick(workers []model.Worker, load map[string]Load, req Request, now time.Time, heartbeatTTL time.Duration) (string, error) {
+	return PickBy(Spread, workers, load, req, now, heartbeatTTL)
+}
+
+// PickBy is Pick choosing among the workers that fit by policy: Spread
+// (Pick's order) or Pack (the least free memory first, then the fewest
+// free vCPUs, then the lowest ID).
+func PickBy(policy Policy, workers []model.Worker, load map[string]Load, req Request, now time.Time, heartbeatTTL time.Duration) (string, error) {
 	type candidate struct {
 		id               string
 		freeMiB, freeCPU int
@@ -276,11 +310,15 @@ func Pick(workers []model.Worker, load map[string]Load, req Request, now time.Ti
 			"no worker has capacity for %d MiB and %d vCPUs (most free: %d MiB, %d vCPUs on worker %s)",
 			req.Resources.MemoryMiB, req.Resources.VCPUs, best.freeMiB, best.freeCPU, best.id)
 	}
+	dir := -1 // Spread: most free first
+	if policy == Pack {
+		dir = 1
+	}
 	slices.SortFunc(fits, func(a, b candidate) int {
-		if c := cmp.Compare(b.freeMiB, a.freeMiB); c != 0 {
+		if c := dir * cmp.Compare(a.freeMiB, b.freeMiB); c != 0 {
 			return c
 		}
-		if c := cmp.Compare(b.freeCPU, a.freeCPU); c != 0 {
+		if c := dir * cmp.Compare(a.freeCPU, b.freeCPU); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.id, b.id)

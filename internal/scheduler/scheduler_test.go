@@ -212,3 +212,32 @@ func TestReady(t *testing.T) {
 		}
 	}
 }
+
+// TestPlacementPolicies: spread picks the worker with the most free
+// capacity, pack the one with the least that still fits; both skip a
+// worker without room.
+func TestPlacementPolicies(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	req := Request{Runtime: "gvisor", TemplateDigest: "sha256:a", Resources: model.Resources{VCPUs: 1, MemoryMiB: 512}}
+	w := func(id string, mem int) model.Worker {
+		return model.Worker{ID: id, LastHeartbeat: now, Runtimes: []model.RuntimeInfo{{Name: "gvisor", Caps: snapCaps}}, Templates: []string{"sha256:a"}, CapacityMiB: mem, CapacityVCPUs: 4}
+	}
+	c := Cluster{Workers: []model.Worker{w("big", 8192), w("mid", 4096), w("small", 2048), w("full", 1024)}, Now: now,
+		Load: map[string]Load{"mid": {MemoryMiB: 1024}, "full": {MemoryMiB: 1024}}}
+	for _, tt := range []struct {
+		policy Policy
+		want   string
+	}{{"", "big"}, {Spread, "big"}, {Pack, "small"}} {
+		if got, err := (Default{Policy: tt.policy}).Place(c, req); err != nil || got != tt.want {
+			t.Errorf("policy %q: %q %v, want %q", tt.policy, got, err, tt.want)
+		}
+	}
+	for _, name := range []string{"", "spread", "pack"} {
+		if _, err := ParsePolicy(name); err != nil {
+			t.Errorf("ParsePolicy(%q): %v", name, err)
+		}
+	}
+	if _, err := ParsePolicy("random"); !errors.Is(err, model.ErrInvalid) {
+		t.Errorf("ParsePolicy(random): %v, want ErrInvalid", err)
+	}
+}
