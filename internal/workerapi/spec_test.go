@@ -26,7 +26,7 @@ func fullSandbox(t *testing.T) model.Sandbox {
 		Resources: model.Resources{VCPUs: 2, MemoryMiB: 1024, DiskMiB: 4096},
 		TimeoutS:  300, Generation: 7, CreatedAt: now, UpdatedAt: now, LastActivityAt: now,
 		ExpiresAt: &exp, OnExpiry: model.ExpirySuspend, IdleSuspendS: 60, NoAutoWake: true, PublicTraffic: true,
-		SnapshotID: "snap-1", SnapshotBytes: 1 << 20, Pool: "sha256:pool",
+		SnapshotID: "snap-1", SnapshotBytes: 1 << 20, SnapshotShared: true, MoveFrom: "w-2", Pool: "sha256:pool",
 		Checkpoints: []model.Checkpoint{{Name: "c1", SnapshotID: "snap-c1", Bytes: 10, CreatedAt: now}},
 		Task:        &model.Task{OperationID: "op-1", Kind: model.OpRollback, Checkpoint: "c1", SnapshotID: "snap-c1"},
 		Source:      &model.Source{WorkerID: "w-0", SandboxID: "sb-0", Checkpoint: "c0", SnapshotID: "snap-c0"},
