@@ -170,6 +170,8 @@ func (c *Controller) Register(ctx context.Context, req workerapi.RegisterRequest
 		SigningKey:   base64.StdEncoding.EncodeToString(token.WorkerKey(key, wk.ID)),
 		WorkerSecret: issued,
 		SigningKeys:  keys,
+		// Lost after this long: the worker fences itself before.
+		WorkerLossGraceS: int64(c.cfg.WorkerLossGrace / time.Second),
 	}, nil
 }
 

@@ -292,6 +292,8 @@ type Worker struct {
 	// orphanCheckAt is when reconcile looks for orphan snapshots again
 	// (plan's rule 6).
 	orphanCheckAt time.Time
+	// fence: see fence.go.
+	fence fenceState
 	// pullRetryAt delays another pull of a sandbox's snapshot from the
 	// blob store after one failed for a reason that may pass (blobs.go).
 	pullRetryAt map[string]time.Time
@@ -406,6 +408,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() { defer bg.Done(); w.watchStatus(ctx) }()
 	bg.Add(1)
 	go func() { defer bg.Done(); w.reportActivity(ctx) }()
+	bg.Add(1)
+	go func() { defer bg.Done(); w.fenceLoop(ctx) }()
 
 	err := w.syncLoop(ctx)
 
@@ -710,6 +714,7 @@ func (w *Worker) syncLoop(ctx context.Context) error {
 			continue
 		}
 		backoff.reset()
+		w.fence.synced()
 		w.ackDeleted(reported)
 		version = resp.Version
 		w.reconcile(ctx, resp.Assignments)
@@ -1014,6 +1019,7 @@ func (w *Worker) register(ctx context.Context) error {
 					w.workerID = resp.WorkerID
 					w.mu.Unlock()
 				}
+				w.fence.registered(time.Duration(resp.WorkerLossGraceS) * time.Second)
 				w.log.Info("registered with server", "server", w.api.Current())
 				return nil
 			}
@@ -1067,7 +1073,7 @@ func (w *Worker) sync(ctx context.Context, req workerapi.SyncRequest, version in
 	w.mu.Lock()
 	id := w.workerID
 	w.mu.Unlock()
-	resp, err := w.api.Sync(ctx, id, req, SyncWait, version)
+	resp, err := w.api.Sync(ctx, id, req, w.fence.pollWait(), version)
 	if err == nil && len(resp.SigningKeys) > 0 {
 		if kerr := w.setKeys("", resp.SigningKeys); kerr != nil {
 			w.log.Warn("signing keys from sync", "err", kerr)

@@ -89,6 +89,12 @@ type RegisterResponse struct {
 	// and, during a rotation's grace period, the previous one (SigningKey
 	// is the current one, for older workers).
 	SigningKeys []SigningKey `json:"signing_keys,omitempty"`
+	// WorkerLossGraceS is how long, in seconds, the server lets a worker go
+	// without a heartbeat before it counts it lost with its sandboxes
+	// (which may then be restored elsewhere); 0: not said. A worker cut
+	// off from every server for most of it pauses its sandboxes (self
+	// fencing: see internal/worker's fence.go).
+	WorkerLossGraceS int64 `json:"worker_loss_grace_s,omitempty"`
 }
 
 // SigningKey is one of a worker's data-plane verification keys.
