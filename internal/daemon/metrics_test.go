@@ -104,8 +104,8 @@ func TestMetricsFamiliesMove(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.c.WaitOperation(ctx, op.ID); err != nil {
-			t.Fatal(err)
+		if done, err := s.c.WaitOperation(ctx, op.ID); err != nil || done.State != amodel.OpSucceeded {
+			t.Fatalf("%s: %+v %v", op.Kind, done, err)
 		}
 	}
 	if _, err := s.c.GetSandbox(ctx, "sb-nosuchsandbox"); err == nil {
@@ -123,7 +123,10 @@ func TestMetricsFamiliesMove(t *testing.T) {
 	var names map[string]bool
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		after, names = scrape(t, addr)
-		if after["airlock_sandboxes{state=running}"] == 1 || time.Now().After(deadline) {
+		// The operation histograms are observed from the event stream,
+		// which may trail the wake's completion by a moment.
+		wakes := "airlock_operation_duration_seconds{kind=wake,result=succeeded}_count"
+		if after["airlock_sandboxes{state=running}"] == 1 && after[wakes] > before[wakes] || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
