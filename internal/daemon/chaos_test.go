@@ -206,7 +206,7 @@ func TestChaosReplicasAndWorkers(t *testing.T) {
 
 	var (
 		mu      sync.Mutex
-		ops     []string            // every operation id a request returned
+		ops     []string                // every operation id a request returned
 		lines   = map[string][]string{} // sandbox → lines a command wrote and reported
 		deleted = map[string]bool{}
 		nOps    int
@@ -351,7 +351,11 @@ func TestChaosReplicasAndWorkers(t *testing.T) {
 			}
 			if time.Now().After(endBy) {
 				var sb model.Sandbox
-				api(func(c *client.Client) (err error) { op, _ = c.GetOperation(ctx, id); sb, err = c.GetSandbox(ctx, op.SandboxID); return err })
+				api(func(c *client.Client) (err error) {
+					op, _ = c.GetOperation(ctx, id)
+					sb, err = c.GetSandbox(ctx, op.SandboxID)
+					return err
+				})
 				t.Fatalf("operation %s never ended: %+v; its sandbox: state %s desired %s worker %s reason %q shared %v move %q", id, op, sb.State, sb.DesiredState, sb.WorkerID, sb.Reason, sb.SnapshotShared, sb.MoveFrom)
 			}
 		}
