@@ -8,6 +8,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 [ -x /usr/local/go/bin/go ] && export PATH=/usr/local/go/bin:$PATH
+# SeaweedFS (the S3 server of the blob store tests) builds in the background,
+# beside the downloads below; only the first run on a machine builds it.
+weedlog=$(mktemp /tmp/airlock-seaweedfs-log.XXXXXX)
+setsid ./scripts/seaweedfs.sh >"$weedlog.path" 2>"$weedlog" & # its own group: an early exit stops its go build too
+weedpid=$!
+trap 'kill -- -"$weedpid" 2>/dev/null || true' EXIT # replaced by cleanup below
 ./scripts/build.sh
 # The E2B SDK suite's npm packages (pinned by test/e2b/package-lock.json).
 if command -v npm >/dev/null 2>&1; then npm ci --prefix test/e2b --no-audit --no-fund; fi
@@ -43,6 +49,7 @@ as_pg "$pgbin/pg_ctl" -D "$pgdir/data" -l "$pgdir/log" -w \
   -o "-p $port -k $pgdir -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200" start >/dev/null
 s3pid=
 cleanup() {
+  kill -- -"$weedpid" 2>/dev/null || true
   as_pg "$pgbin/pg_ctl" -D "$pgdir/data" -m fast stop >/dev/null 2>&1 || true
   if [ -n "$s3pid" ]; then kill "$s3pid" 2>/dev/null || true; wait "$s3pid" 2>/dev/null || true; fi
   rm -rf "$pgdir"
@@ -54,7 +61,8 @@ echo "test: PostgreSQL $("$pgbin/postgres" --version | awk '{print $3}') on 127.
 # A private S3-compatible server (SeaweedFS, built once per machine by
 # scripts/seaweedfs.sh) for the blob store tests, with one access key; its data
 # lives beside PostgreSQL's and goes with it.
-weed=$(./scripts/seaweedfs.sh)
+if ! wait "$weedpid"; then cat "$weedlog" >&2; echo "test: building SeaweedFS failed" >&2; exit 1; fi
+weed=$(cat "$weedlog.path"); rm -f "$weedlog" "$weedlog.path"
 s3port=$(( port + 1 )); sw=$(( 46000 + RANDOM % 4000 ))
 mkdir -p "$pgdir/s3"
 cat >"$pgdir/s3/identities.json" <<'JSON'

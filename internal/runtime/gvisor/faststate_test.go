@@ -6,7 +6,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 )
 
 // TestFastState reads state files as runsc writes them, against a real
@@ -26,6 +28,17 @@ func TestFastState(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { other.Process.Kill(); other.Wait() })
+	// Start returns once the child is forked; until it has exec'd, its
+	// command line is this test's, which names no id.
+	for _, c := range []*exec.Cmd{proc, other} {
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", c.Process.Pid))
+			if strings.Contains(string(b), "sleep 60") || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
 
 	d := &Driver{cfg: Config{StateDir: t.TempDir()}}
 	write := func(body string) {
