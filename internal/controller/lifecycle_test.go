@@ -854,7 +854,9 @@ func TestWakeMovesThroughTheBlobStore(t *testing.T) {
 	// when that worker is cordoned.
 	e.mustLifecycle(model.OpSuspend, "sb1")
 	e.reconcile()
-	w2.sync(-1, 0, workerapi.Observed{SandboxID: "sb1", State: model.StateSuspended, SnapshotID: "snap-3", SnapshotBytes: 10})
+	w2.sync(-1, 0, workerapi.Observed{SandboxID: "sb1", State: model.StateSuspended, SnapshotID: "snap-3", SnapshotBytes: 10,
+		Reason: "snapshot not copied to the blob store (it wakes only on worker w2): unreachable"})
+	e.wantSandbox("sb1", model.StateSuspended, "w2", "snapshot not copied to the blob store")
 	if err := e.st.SetWorkerCordoned(e.ctx, "w2", true); err != nil {
 		t.Fatal(err)
 	}

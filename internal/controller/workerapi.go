@@ -499,7 +499,7 @@ func decideObserved(sb model.Sandbox, open []model.Operation, wid string, o work
 
 	case o.State == model.StateSuspended && sb.State == model.StateSuspending:
 		nsb.State = model.StateSuspended
-		nsb.Reason = ""
+		nsb.Reason = o.Reason // "" or a note (the snapshot did not reach the blob store, ...)
 		nsb.SnapshotID = o.SnapshotID
 		nsb.SnapshotBytes = o.SnapshotBytes
 		nsb.SnapshotShared = o.SnapshotShared
