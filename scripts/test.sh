@@ -47,11 +47,12 @@ as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u "$pguser" -- "$@"; else "$@"; f
 as_pg "$pgbin/initdb" -D "$pgdir/data" -U airlock --auth=trust >/dev/null
 as_pg "$pgbin/pg_ctl" -D "$pgdir/data" -l "$pgdir/log" -w \
   -o "-p $port -k $pgdir -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200" start >/dev/null
-s3pid=
+s3pid= s3socks=
 cleanup() {
   kill -- -"$weedpid" 2>/dev/null || true
   as_pg "$pgbin/pg_ctl" -D "$pgdir/data" -m fast stop >/dev/null 2>&1 || true
   if [ -n "$s3pid" ]; then kill "$s3pid" 2>/dev/null || true; wait "$s3pid" 2>/dev/null || true; fi
+  rm -f $s3socks # the Unix sockets SeaweedFS opens beside its gRPC ports
   rm -rf "$pgdir"
 }
 trap cleanup EXIT
@@ -63,22 +64,39 @@ echo "test: PostgreSQL $("$pgbin/postgres" --version | awk '{print $3}') on 127.
 # lives beside PostgreSQL's and goes with it.
 if ! wait "$weedpid"; then cat "$weedlog" >&2; echo "test: building SeaweedFS failed" >&2; exit 1; fi
 weed=$(cat "$weedlog.path"); rm -f "$weedlog" "$weedlog.path"
-s3port=$(( port + 1 )); sw=$(( 46000 + RANDOM % 4000 ))
 mkdir -p "$pgdir/s3"
 cat >"$pgdir/s3/identities.json" <<'JSON'
 {"identities":[{"name":"airlock-test","credentials":[{"accessKey":"airlocktest","secretKey":"airlocktestsecret"}],"actions":["Admin","Read","Write","List","Tagging"]}]}
 JSON
-"$weed" server -ip=127.0.0.1 -ip.bind=127.0.0.1 -dir="$pgdir/s3" -master.volumeSizeLimitMB=256 \
-  -master.port=$sw -volume.port=$(( sw + 1 )) -filer.port=$(( sw + 2 )) \
-  -s3 -s3.port=$s3port -s3.config="$pgdir/s3/identities.json" >"$pgdir/s3/log" 2>&1 &
-s3pid=$!
-for _ in $(seq 1 60); do
-  [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$s3port/" || true)" = 403 ] && break
-  sleep 1
-done
+# Every port explicit (gRPC ones too; the Iceberg and Lance listeners off),
+# so nothing collides with a fixed default; tried on fresh ports up to 3 times.
+start_s3() {
+  # PostgreSQL is on 25000-34999; these stay clear of it and of each other.
+  s3port=$(( 36000 + RANDOM % 4000 )); sw=$(( 50000 + RANDOM % 4000 ))
+  rm -rf "$pgdir/s3/data"; mkdir -p "$pgdir/s3/data"
+  "$weed" server -ip=127.0.0.1 -ip.bind=127.0.0.1 -dir="$pgdir/s3/data" -master.volumeSizeLimitMB=256 \
+    -master.port=$sw -master.port.grpc=$(( sw + 5000 )) -volume.port=$(( sw + 1 )) -volume.port.grpc=$(( sw + 5001 )) \
+    -filer.port=$(( sw + 2 )) -filer.port.grpc=$(( sw + 5002 )) \
+    -s3 -s3.port=$s3port -s3.port.grpc=$(( s3port + 4000 )) -s3.port.iceberg=0 -s3.port.lance=0 \
+    -s3.config="$pgdir/s3/identities.json" >"$pgdir/s3/log" 2>&1 &
+  s3pid=$!
+  for p in $sw $(( sw + 1 )) $(( sw + 2 )) $s3port $(( sw + 5000 )) $(( sw + 5001 )) $(( sw + 5002 )) $(( s3port + 4000 )); do
+    for k in master volume filer s3; do s3socks="$s3socks /tmp/seaweedfs-$k-$p.sock /tmp/seaweedfs-$k-grpc-$p.sock"; done
+  done
+  for _ in $(seq 1 60); do
+    if [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$s3port/" || true)" = 403 ]; then return 0; fi
+    kill -0 "$s3pid" 2>/dev/null || break
+    sleep 1
+  done
+  echo "test: SeaweedFS's S3 gateway did not come up on 127.0.0.1:$s3port; its log ends:" >&2
+  tail -20 "$pgdir/s3/log" >&2
+  kill "$s3pid" 2>/dev/null || true; wait "$s3pid" 2>/dev/null || true; s3pid=
+  return 1
+}
+start_s3 || start_s3 || start_s3 || { echo "test: no S3 server" >&2; exit 1; }
 export AWS_ACCESS_KEY_ID=airlocktest AWS_SECRET_ACCESS_KEY=airlocktestsecret
 export AIRLOCK_TEST_S3_URL="s3://airlock-test?endpoint=http://127.0.0.1:$s3port&region=us-east-1"
-echo "test: SeaweedFS $("$weed" version | awk '{print $3}') S3 on 127.0.0.1:$s3port"
+echo "test: SeaweedFS $("$weed" version 2>/dev/null | awk 'NR == 1 {print $3}') S3 on 127.0.0.1:$s3port"
 
 # Root's login shell on some machines runs `pyenv rehash`, which waits up to a minute on a
 # lock file; a login shell killed mid-rehash leaves the lock behind and every later `bash -l`
