@@ -19,8 +19,6 @@ package snapshot
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -192,32 +190,7 @@ func pullFile(ctx context.Context, b blob.Store, dir string, a Artifact) error {
 	if n != a.Size {
 		return fmt.Errorf("stored object has %d bytes, manifest says %d: %w", n, a.Size, ErrCorrupt)
 	}
-	p := filepath.Join(dir, filepath.FromSlash(a.Path))
-	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-		return err
-	}
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	sum := sha256.New()
-	got, err := io.Copy(io.MultiWriter(f, sum), &ctxReader{ctx: ctx, r: io.LimitReader(rc, a.Size+1)})
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	if got != a.Size {
-		return fmt.Errorf("read %d bytes, manifest says %d: %w", got, a.Size, ErrCorrupt)
-	}
-	if h := hex.EncodeToString(sum.Sum(nil)); h != a.SHA256 {
-		return fmt.Errorf("sha256 %s, manifest says %s: %w", h, a.SHA256, ErrCorrupt)
-	}
-	return nil
+	return writeArtifact(dir, a, &ctxReader{ctx: ctx, r: rc}, true)
 }
 
 // syncTree fsyncs every directory under dir (files are synced as written).

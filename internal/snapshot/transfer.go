@@ -199,7 +199,12 @@ func (s *Store) Import(ctx context.Context, sandboxID string, r io.Reader) (_ Ma
 
 // importFile writes one artifact below dir (path already validated) and
 // checks its size and sha256.
-func importFile(dir string, a Artifact, r io.Reader) error {
+func importFile(dir string, a Artifact, r io.Reader) error { return writeArtifact(dir, a, r, false) }
+
+// writeArtifact writes artifact a below dir from r (at most a.Size+1 bytes
+// read), fsynced when durable, and checks its size and sha256 (a mismatch
+// wraps ErrCorrupt). Import and Pull share it.
+func writeArtifact(dir string, a Artifact, r io.Reader, durable bool) error {
 	p := filepath.Join(dir, filepath.FromSlash(a.Path))
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return err
@@ -210,6 +215,9 @@ func importFile(dir string, a Artifact, r io.Reader) error {
 	}
 	sum := sha256.New()
 	n, err := io.Copy(io.MultiWriter(f, sum), io.LimitReader(r, a.Size+1))
+	if err == nil && durable {
+		err = f.Sync()
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -217,10 +225,10 @@ func importFile(dir string, a Artifact, r io.Reader) error {
 		return err
 	}
 	if n != a.Size {
-		return fmt.Errorf("%d bytes, manifest says %d", n, a.Size)
+		return fmt.Errorf("%d bytes, manifest says %d: %w", n, a.Size, ErrCorrupt)
 	}
 	if got := hex.EncodeToString(sum.Sum(nil)); got != a.SHA256 {
-		return fmt.Errorf("sha256 %s, manifest says %s", got, a.SHA256)
+		return fmt.Errorf("sha256 %s, manifest says %s: %w", got, a.SHA256, ErrCorrupt)
 	}
 	return nil
 }
