@@ -127,6 +127,10 @@ func TestTerminal(t *testing.T) {
 
 	p := startPTY(t, s, 30, 100, "exec", "-it", sb.ID, "--", "bash", "--norc", "--noprofile")
 	m := p.waitFor(0, "30 100", "stty size\r")
+	// Type at the prompt: between commands bash leaves the remote terminal
+	// cooked, and its kernel echo plus readline's redraw would show a line
+	// typed then twice whatever the local terminal does.
+	m = p.waitFor(m, "$ ", "")
 	// Typed once, shown once: the local terminal is raw, the remote echoes.
 	p.send("echo mark-$((6*7))\r")
 	m = p.waitFor(m, "mark-42", "")
